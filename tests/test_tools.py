@@ -1,0 +1,53 @@
+"""The project's own tools: page naming, the checks `make test` runs first, the README builder, the executor's skip rule."""
+import sys
+from pathlib import Path
+import nbformat
+from nbformat.v4 import new_notebook, new_code_cell, new_markdown_cell
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT/'tools'))
+import build_docs, checks, execute_nbs  # noqa: E402
+
+def test_page_names_follow_nbdev_output_file():
+    from nbdev.frontmatter import _nbpath2html
+    for nb in ['nbs/papers/11_bilinear.ipynb', 'nbs/core/02_hooks.ipynb', 'nbs/index.ipynb', 'nbs/tutorials/contributing.ipynb', 'nbs/papers/02a_x.ipynb']:
+        assert build_docs.page_name(nb) == _nbpath2html(Path(nb)).name, nb
+
+def test_every_notebook_has_a_page_name_and_unique_pages():
+    pages = [str(p.parent/build_docs.page_name(p)) for p in build_docs.notebooks()]
+    assert len(pages) == len(set(pages)), 'two notebooks would share a page'
+    assert 'index.html' in pages and 'core/hooks.html' in pages
+
+def test_front_matter_edit():
+    nb = {'cells': [{'cell_type': 'raw', 'metadata': {}, 'source': '---\ntitle: x\noutput-file: a.html\n---'}]}
+    build_docs.set_front_matter(nb, drop=('output-file',), order=11)
+    assert nb['cells'][0]['source'] == '---\ntitle: x\norder: 11\n---'
+
+def test_snapshot_restore(tmp_path):
+    (tmp_path/'a.py').write_text('old')
+    before = checks.snapshot(tmp_path, '*.py')
+    (tmp_path/'a.py').write_text('new'); (tmp_path/'b.py').write_text('extra')
+    checks.restore(before, checks.snapshot(tmp_path, '*.py'))
+    assert (tmp_path/'a.py').read_text() == 'old' and not (tmp_path/'b.py').exists()
+
+def _nb(tmp_path, *sources):
+    p = tmp_path/'t.ipynb'
+    nb = new_notebook(cells=[new_markdown_cell('# t')] + [new_code_cell(s) for s in sources])
+    nb.metadata = {'kernelspec': {'name': 'python3', 'display_name': 'python3', 'language': 'python'}}
+    nbformat.write(nb, p)
+    return p
+
+def test_mixed_import_cells(tmp_path):
+    assert checks.mixed_import_cells(_nb(tmp_path, 'import math', 'x = math.pi')) == []
+    assert checks.mixed_import_cells(_nb(tmp_path, 'import math\nx = math.pi')) == [1]
+    assert checks.mixed_import_cells(_nb(tmp_path, '#| export\nimport math\nx = 1')) == []
+    assert checks.mixed_import_cells(_nb(tmp_path, '#| eval: false\nimport math\nx = 1')) == []
+
+def test_readme_links_point_at_notebooks():
+    text = build_docs.readme_text()
+    assert '(nbs/papers/11_bilinear.ipynb)' in text and 'papers/bilinear.html' not in text
+    assert text == (ROOT/'README.md').read_text(encoding='utf-8')
+
+def test_executor_skips_what_nbdev_test_skips():
+    cells = [new_code_cell('#| eval: false\n1/0'), new_code_cell('import nbdev; nbdev.nbdev_export()'), new_markdown_cell('x'), new_code_cell('1+1')]
+    assert [execute_nbs.skipped(c) for c in cells] == [True, True, True, False]

@@ -1,0 +1,86 @@
+"""Tests of interpkit.papers.orion: request-patching identities on a tiny Llama, items checked by an independent parser, typed errors, model untouched."""
+import copy, os, re
+import pytest, torch
+from interpkit.models import tiny_lm
+from interpkit.errors import ConfigError, ShapeError, SiteError
+from interpkit.papers.orion import DOMAINS, Item, make_items, render, request_patch, _check_enc
+
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+torch.set_num_threads(2)
+
+def batch(b, t, seed, pad=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 128, (b, t), generator=g)
+    mask = torch.ones(b, t, dtype=torch.long); mask[: b // 2, :pad] = 0
+    return dict(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
+
+SITES = [f'{s}({l})' for l in range(3) for s in ('resid_post', 'attn_out', 'mlp_out')]
+
+@pytest.mark.parametrize('pad', [0, 3])
+def test_self_patch_changes_nothing(pad):
+    m = tiny_lm('llama', n_layers=3, seed=1)
+    a = batch(4, 10, 0, pad)
+    r = request_patch(m, a, a, SITES)
+    with torch.no_grad(): full = m(**a).logits[:, -1]  # plain forward, no cache: independent reference
+    torch.testing.assert_close(r.dst, full, atol=1e-5, rtol=1e-5)
+    for s in SITES: torch.testing.assert_close(r.patched[s], full, atol=1e-5, rtol=1e-5)
+
+def test_final_layer_patch_reproduces_source_distribution():
+    m = tiny_lm('llama', n_layers=3, seed=2)
+    a, b = batch(5, 8, 1, pad=2), batch(5, 11, 2)
+    r = request_patch(m, a, b, ['resid_post(2)'])
+    with torch.no_grad(): ref = m(**a).logits[:, -1].softmax(-1)
+    torch.testing.assert_close(r.patched['resid_post(2)'].softmax(-1), ref, atol=1e-6, rtol=1e-5)
+    assert (r.dst.softmax(-1) - ref).abs().max() > 1e-4  # the destination alone differs
+
+def test_patch_equals_uncached_manual_patch():
+    "The cached single-token step under a patch equals a full forward with a hand-written hook."
+    m = tiny_lm('llama', n_layers=3, seed=3)
+    a, b = batch(3, 7, 3), batch(3, 9, 4)
+    r = request_patch(m, a, b, ['resid_post(1)'])
+    store = {}
+    h = m.model.layers[1].register_forward_hook(lambda mod, i, o: store.__setitem__('x', (o[0] if isinstance(o, tuple) else o)[:, -1].clone()))
+    with torch.no_grad(): m(**a)
+    h.remove()
+    def put(mod, i, o):
+        t = o[0] if isinstance(o, tuple) else o
+        t = t.clone(); t[:, -1] = store['x']
+        return (t, *o[1:]) if isinstance(o, tuple) else t
+    h = m.model.layers[1].register_forward_hook(put)
+    with torch.no_grad(): ref = m(**b).logits[:, -1]
+    h.remove()
+    torch.testing.assert_close(r.patched['resid_post(1)'], ref, atol=1e-5, rtol=1e-5)
+
+PAT = {'story': r'(\w+) lives in (\w+)\.', 'code': r'^(\w) = (\d)$', 'table': r'^\| (\w+) \| (\w+) \|$', 'list': r'^- (\w+): (\w+)$'}
+Q = {'story': r'Where does (\w+) live\?', 'code': r'What is the value of (\w)\?', 'table': r'What is the color of the (\w+)\?', 'list': r'What is the job of (\w+)\?'}
+
+@pytest.mark.parametrize('domain', list(DOMAINS))
+def test_items_consistent_with_their_text(domain):
+    for it in make_items(domain, 30, seed=7):
+        for r, c in [(it.r1, it.c1), (it.r2, it.c2), (it.r1, it.c2)]:
+            user, pre = render(domain, c, r)
+            pairs = {k: v for k, v in re.findall(PAT[domain], user, flags=re.M) if k != 'fruit'}
+            asked = re.search(Q[domain], user).group(1)
+            assert len(pairs) == len(c) and asked == r and pairs[asked] == it.answer(r, c)
+            assert r in pre
+        assert len({it.answer(it.r1, it.c1), it.answer(it.r2, it.c2), it.answer(it.r1, it.c2)}) == 3
+
+def test_bad_input_raises_typed_errors():
+    m = tiny_lm('llama', n_layers=2)
+    a = batch(2, 5, 0)
+    with pytest.raises(ConfigError): make_items('poem')
+    with pytest.raises(ConfigError): make_items('code', n=0)
+    with pytest.raises(ConfigError): render('code', make_items('code', 1)[0].c1, 'nope')
+    with pytest.raises(ShapeError): request_patch(m, a, batch(3, 5, 1), ['resid_post(0)'])
+    with pytest.raises(ShapeError): request_patch(m, {'input_ids': torch.zeros(2, 1, dtype=torch.long)}, a, ['resid_post(0)'])
+    with pytest.raises(SiteError): request_patch(m, a, a, ['resid_post(5)'])
+
+def test_model_unchanged_after_success_and_error():
+    m = tiny_lm('llama', n_layers=2).train()
+    before = copy.deepcopy(m.state_dict())
+    a = batch(2, 6, 0)
+    request_patch(m, a, batch(2, 4, 1), ['resid_post(0)', 'mlp_out(1)'])
+    with pytest.raises(SiteError): request_patch(m, a, a, ['resid_post(0)', 'bogus(1)'])
+    assert m.training
+    for k, v in m.state_dict().items(): assert torch.equal(v, before[k])
+    for mod in m.modules(): assert not mod._forward_hooks and not mod._forward_pre_hooks

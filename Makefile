@@ -31,7 +31,7 @@ check: setup
 	$(PY) tools/build_docs.py readme --check
 
 nbtest: setup
-	$(VENV)/bin/nbdev_test --n_workers 2 --timing
+	OMP_NUM_THREADS=1 $(VENV)/bin/nbdev_test --n_workers 2 --timing   # one thread per worker: no oversubscription of the 2 cores
 
 pytest: setup
 	$(VENV)/bin/pytest -n 2 tests

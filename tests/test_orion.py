@@ -77,10 +77,12 @@ def test_bad_input_raises_typed_errors():
 
 def test_model_unchanged_after_success_and_error():
     m = tiny_lm('llama', n_layers=2).train()
+    m.model.layers[0].eval()                      # a mixed state must come back as it was
+    flags = [mod.training for mod in m.modules()]
     before = copy.deepcopy(m.state_dict())
     a = batch(2, 6, 0)
     request_patch(m, a, batch(2, 4, 1), ['resid_post(0)', 'mlp_out(1)'])
     with pytest.raises(SiteError): request_patch(m, a, a, ['resid_post(0)', 'bogus(1)'])
-    assert m.training
+    assert [mod.training for mod in m.modules()] == flags
     for k, v in m.state_dict().items(): assert torch.equal(v, before[k])
     for mod in m.modules(): assert not mod._forward_hooks and not mod._forward_pre_hooks

@@ -31,10 +31,10 @@ check: setup
 	$(PY) tools/build_docs.py readme --check
 
 nbtest: setup
-	OMP_NUM_THREADS=1 $(VENV)/bin/nbdev_test --n_workers 2 --timing   # one thread per worker: no oversubscription of the 2 cores
+	OMP_NUM_THREADS=1 $(VENV)/bin/nbdev_test --n_workers 2 --timing   # one thread per worker: two workers with 2 threads each ran 10-100x slower
 
 pytest: setup
-	$(VENV)/bin/pytest -n 2 tests
+	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -n 2 tests
 
 ## Write the library and README from the notebooks, and clean the notebooks
 export: setup

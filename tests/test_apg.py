@@ -9,7 +9,6 @@ from interpkit.papers.apg import (cfg, apg, project, rescale, Momentum, CFG, APG
 from interpkit.errors import ConfigError, ShapeError
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
-torch.set_num_threads(2)
 
 def rnd(*shape, seed=0): return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 

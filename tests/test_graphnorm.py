@@ -6,7 +6,6 @@ from interpkit.papers.graphnorm import (csbm, karate, gcn_operator, linear_gnn, 
                                         eigenspace_energy, top_eigvecs, centring_basis, GraphNormv2, DeepGCN, train_gcn, depth_curves)
 from interpkit.errors import ConfigError, ShapeError
 
-torch.set_num_threads(2)
 
 @pytest.fixture(scope='module')
 def g():

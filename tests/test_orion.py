@@ -3,10 +3,11 @@ import copy, os, re
 import pytest, torch
 from interpkit.models import tiny_lm
 from interpkit.errors import ConfigError, ShapeError, SiteError
-from interpkit.papers.orion import DOMAINS, Item, make_items, render, request_patch, _check_enc
+from interpkit.models import encode_left as encode
+from interpkit.papers.orion import (DOMAINS, INJECTIONS, Item, make_items, render, injected, request_patch, _check_enc, answer_id, prompt,
+                                   task_tokenizer, last_logits, oversight, patch_report, top_tokens, sweep)
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
-torch.set_num_threads(2)
 
 def batch(b, t, seed, pad=0):
     g = torch.Generator().manual_seed(seed)
@@ -52,14 +53,14 @@ def test_patch_equals_uncached_manual_patch():
     torch.testing.assert_close(r.patched['resid_post(1)'], ref, atol=1e-5, rtol=1e-5)
 
 PAT = {'story': r'(\w+) lives in (\w+)\.', 'code': r'^(\w) = (\d)$', 'table': r'^\| (\w+) \| (\w+) \|$', 'list': r'^- (\w+): (\w+)$'}
-Q = {'story': r'Where does (\w+) live\?', 'code': r'What is the value of (\w)\?', 'table': r'What is the color of the (\w+)\?', 'list': r'What is the job of (\w+)\?'}
+Q = {'story': r'Where does (\w+) live\?', 'code': r'What is the value of (\w)\?', 'table': r'What is the favorite color of (\w+)\?', 'list': r'What is the job of (\w+)\?'}
 
 @pytest.mark.parametrize('domain', list(DOMAINS))
 def test_items_consistent_with_their_text(domain):
     for it in make_items(domain, 30, seed=7):
         for r, c in [(it.r1, it.c1), (it.r2, it.c2), (it.r1, it.c2)]:
             user, pre = render(domain, c, r)
-            pairs = {k: v for k, v in re.findall(PAT[domain], user, flags=re.M) if k != 'fruit'}
+            pairs = dict(re.findall(PAT[domain], user, flags=re.M))
             asked = re.search(Q[domain], user).group(1)
             assert len(pairs) == len(c) and asked == r and pairs[asked] == it.answer(r, c)
             assert r in pre
@@ -84,5 +85,56 @@ def test_model_unchanged_after_success_and_error():
     request_patch(m, a, batch(2, 4, 1), ['resid_post(0)', 'mlp_out(1)'])
     with pytest.raises(SiteError): request_patch(m, a, a, ['resid_post(0)', 'bogus(1)'])
     assert [mod.training for mod in m.modules()] == flags
+    for k, v in m.state_dict().items(): assert torch.equal(v, before[k])
+    for mod in m.modules(): assert not mod._forward_hooks and not mod._forward_pre_hooks
+
+
+def test_task_tokenizer_every_key_and_value_is_one_known_word():
+    tok = task_tokenizer()
+    for d, (keys, vals, *_) in DOMAINS.items():
+        for it in make_items(d, 10, seed=5):
+            for r, c in [(it.r1, it.c1), (it.r2, it.c2), (it.r1, it.c2)]:
+                t = prompt(tok, d, c, r)
+                assert tok.unk_token_id not in tok(t)['input_ids']
+                assert tok.decode([answer_id(tok, t, it.answer(r, c))]) == it.answer(r, c)
+        for w in keys + vals: assert len(tok(w)['input_ids']) == 1, w
+
+def test_injected_line_sits_between_context_and_question():
+    for d in DOMAINS:
+        it = make_items(d, 1, seed=2)[0]
+        clean, _ = render(d, it.c2, it.r1)
+        for kind in INJECTIONS:
+            user, pre = injected(d, it.c2, it.r1, kind, 'XVAL', it.r2)
+            lines, base = user.splitlines(), clean.splitlines()
+            assert lines[:-2] == base[:-1] and lines[-1] == base[-1]   # context and question untouched
+            assert ('XVAL' in lines[-2]) == (kind != 'redirect') and (it.r2 in lines[-2]) == (kind == 'redirect')
+    with pytest.raises(ConfigError): injected('code', it.c2, it.r1, 'nope', 'x', 'k')
+
+def test_last_logits_and_patch_report_against_plain_forward():
+    tok = task_tokenizer()
+    m = tiny_lm('llama', n_layers=2, vocab_size=len(tok), seed=4, max_len=256)
+    it = make_items('code', 1, seed=1)[0]
+    src, dst = prompt(tok, 'code', it.c1, it.r1), prompt(tok, 'code', it.c2, it.r2)
+    with torch.no_grad(): ref_src, ref_dst = (m(**tok(t, return_tensors='pt')).logits[0, -1] for t in (src, dst))
+    torch.testing.assert_close(last_logits(m, encode(tok, [dst]))[0], ref_dst, atol=1e-5, rtol=1e-5)
+    rep = patch_report(m, tok, it, 'resid_post(1)', k=4)           # final layer: the source's distribution
+    p = ref_src.softmax(-1)
+    top = p.topk(4)
+    assert [t for t, _ in rep['patched']] == [tok.decode([i]) for i in top.indices.tolist()]
+    assert all(abs(q - v) < 1e-3 for (_, q), v in zip(rep['patched'], top.values.tolist()))
+    assert rep['answers'] == {'r1c1': it.answer(it.r1, it.c1), 'r2c2': it.answer(it.r2, it.c2), 'r1c2': it.answer(it.r1, it.c2)}
+
+def test_oversight_and_sweep_leave_model_untouched():
+    tok = task_tokenizer()
+    m = tiny_lm('llama', n_layers=2, vocab_size=len(tok), seed=5, max_len=256).train()
+    before = copy.deepcopy(m.state_dict())
+    its = [it for d in DOMAINS for it in make_items(d, 2, seed=3)]
+    ov = oversight(m, tok, its, 'resid_post(0)')
+    assert set(ov.kind) == set(INJECTIONS) and set(ov.when) == {'before', 'after'} and ov.n.sum() == 2 * len(INJECTIONS) * len(its)
+    res = sweep(m, tok, its, ['resid_post(0)'], keep_correct=False)
+    assert len(res.survivors) == len(its) and res.scores.n.sum() == len(its)
+    with pytest.raises(ConfigError): oversight(m, tok, its, 'resid_post(0)', kinds=['shout'])
+    with pytest.raises(SiteError): oversight(m, tok, its, 'resid_post(9)')
+    assert m.training and all(mod.training for mod in m.modules())
     for k, v in m.state_dict().items(): assert torch.equal(v, before[k])
     for mod in m.modules(): assert not mod._forward_hooks and not mod._forward_pre_hooks

@@ -9,7 +9,6 @@ from interpkit.papers.rsvc import (Patches, patchify, pool_acts, pooled_acts, ev
 from interpkit.errors import ConfigError, ShapeError, SiteError
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
-torch.set_num_threads(2)
 # NMF on the activations of untrained CNNs sometimes stops at max_iter; the tests check the errors they reach instead
 pytestmark = pytest.mark.filterwarnings('ignore::sklearn.exceptions.ConvergenceWarning')
 

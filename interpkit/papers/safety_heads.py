@@ -10,7 +10,7 @@ import pandas as pd, torch
 import torch.nn.functional as F
 from ..errors import ConfigError, ShapeError, ModelNotAvailable, NotFiniteError, check_choice
 from ..hooks import ablate_heads, head_means, head_q, capture, layout
-from ..models import encode_left, evaluating, load_lm
+from ..models import encode_left, evaluating, load_lm, prefix_step
 from ..train import fit, load_asset
 from ..viz import heatmap
 
@@ -236,17 +236,11 @@ class _Runner:
         self.model, self.last_only = model, last_only
         dev = next(model.parameters()).device
         self.ids, self.mask, self.pos = (t.to(dev) for t in _check_enc(enc))
-        if last_only:
-            out = model(input_ids=self.ids[:, :-1], attention_mask=self.mask[:, :-1], position_ids=self.pos[:, :-1], use_cache=True)
-            self.kw = 'cache' if 'cache' in out else 'past_key_values'  # transformers 5 renamed it
-            self.kv = out[self.kw]
+        if last_only: self.step = prefix_step(model, self.ids, self.mask, self.pos)
     def __call__(self, heads=(), how='query', eps=1e-4, means=None, hidden=False):
         "(last-position logits, last-layer last-position hidden state or None)."
         with _ablation(self.model, heads, how, eps, means):
-            if self.last_only:
-                out = self.model(input_ids=self.ids[:, -1:], attention_mask=self.mask, position_ids=self.pos[:, -1:], **{self.kw: self.kv},
-                                 use_cache=True, output_hidden_states=hidden)
-                self.kv.crop(-1)
+            if self.last_only: out = self.step(output_hidden_states=hidden)
             else: out = self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.pos, output_hidden_states=hidden)
         logits = out.logits[:, -1].double()
         if not torch.isfinite(logits).all(): raise NotFiniteError("The model's logits are not finite.", "Finite logits are needed for KL divergences.", "Check the model and the ablation.")

@@ -13,7 +13,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite, closest
 from ..models import evaluating, tiny_lm
-from ..train import fit
+from ..train import _quiet, fit
 
 # %% auto #0
 __all__ = ['PROJECTIONS', 'JOBS', 'RELATIONS', 'FACT_LM', 'linear_modules', 'adam_moments', 'Projection', 'make_projection',
@@ -252,7 +252,6 @@ def _moments_fingerprint(moments, modules):
         h.update(f"{n}|{tuple(v.shape)}|{v.sum().item():.6e}|{v.square().sum().item():.6e}".encode())
     return h.hexdigest()[:16]
 
-def _quiet(): return bool(os.environ.get('PYTEST_CURRENT_TEST')) or os.environ.get('CI', '').lower() not in ('', '0', 'false', 'no')
 
 @dataclass
 class Hits:

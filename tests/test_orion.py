@@ -138,3 +138,60 @@ def test_oversight_and_sweep_leave_model_untouched():
     assert m.training and all(mod.training for mod in m.modules())
     for k, v in m.state_dict().items(): assert torch.equal(v, before[k])
     for mod in m.modules(): assert not mod._forward_hooks and not mod._forward_pre_hooks
+
+def _context_pairs(text):
+    "Key -> value of a document's context, parsed from whichever template the first line matches (independent of `render`)."
+    pats = [r'(\w+) lives in (\w+)\.', r'^(\w) = (\d)$', r'^\| (\w+) \| (\w+) \|$', r'^- (\w+): (\w+)$']
+    ctx = text.split('\nWhat')[0].split('\nWhere')[0]
+    found = [dict(re.findall(p, ctx, flags=re.M)) for p in pats]
+    found = [f for f in found if f and 'name' not in f]
+    assert len(found) == 1, ctx
+    return found[0]
+
+def test_task_documents_answer_every_question_from_their_context():
+    from interpkit.papers.orion import task_document
+    import random
+    rng, n = random.Random(7), 0
+    for _ in range(300):
+        text = task_document(rng, 5)
+        pairs = _context_pairs(text)
+        assert 2 <= len(pairs) <= 4
+        for line in text.split('\n'):
+            if line.startswith('Answer:'):
+                words = re.findall(r"\w+", line)
+                key = words[1]; assert pairs[key] == words[-1], (line, pairs); n += 1
+    assert n == 1500
+
+def test_recall_documents_consistent_and_seeded():
+    from interpkit.papers.orion import recall_document
+    import random
+    for s in range(50):
+        text = recall_document(random.Random(s), 3)
+        assert text == recall_document(random.Random(s), 3)
+        head, *qs = text.split(' Answer : ')
+        w = head.split(); pairs = dict(zip(w[::2], w[1::2]))
+        assert len(pairs) == len(w) // 2 and len(qs) == 3
+        assert all(pairs[q.split()[0]] == q.split()[1] for q in qs)
+        assert {d for d, spec in DOMAINS.items() if set(pairs) <= set(spec[0]) and set(pairs.values()) <= set(spec[1])}  # one domain's words
+
+def test_shipped_task_lm_answers_and_decomposes():
+    "The shipped toy model answers fresh items and request-patching after block 1 gives R1(C2); its weights are untouched by the sweep."
+    from interpkit.papers.orion import load_task_lm
+    m, tok = load_task_lm()
+    before = copy.deepcopy(m.state_dict())
+    items = [it for d in DOMAINS for it in make_items(d, 6, seed=11)]
+    r = sweep(m, tok, items, ['resid_post(0)', 'resid_post(3)'])
+    assert r.base.survivors.sum() >= 0.9 * len(items), r.base
+    by = r.scores.set_index('layer')
+    assert by.loc[0].acc_r1c2.min() >= 0.8 and by.loc[3].acc_r1c1.min() >= 0.8, r.scores
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
+
+def test_train_task_lm_is_seeded_and_rejects_bad_fraction():
+    from interpkit.papers.orion import train_task_lm
+    a, tok, ra = train_task_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
+    b, _, _ = train_task_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
+    c, _, _ = train_task_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16, seed=1)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
+    assert not a.training and len(ra.history) == 3
+    with pytest.raises(ConfigError, match='recall_frac'): train_task_lm(2, recall_frac=-0.1)

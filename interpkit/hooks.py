@@ -4,7 +4,7 @@
 
 # %% ../nbs/core/02_hooks.ipynb #992a5394
 from __future__ import annotations
-import contextlib, re
+import contextlib, inspect, re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 import torch
@@ -331,7 +331,7 @@ def head_means(model:nn.Module, # The model
                batches, # input_ids (batch, pos), a dict of model inputs, or an iterable of either
                layers:Iterable[int]|None=None # Layers to average; None for all
               ) -> dict[int, torch.Tensor]:
-    "The mean output of each head over the non-padding positions of `batches`: {layer: (n_heads, d_head)}."
+    "The mean output of each head over the non-padding positions of `batches` (left padding allowed): {layer: (n_heads, d_head)}."
     if torch.is_tensor(batches) or isinstance(batches, Mapping): batches = [batches]
     lay = layout(model)
     if lay is None: resolve(model, head_out(0))  # raises the SiteError about the unknown layout
@@ -342,6 +342,8 @@ def head_means(model:nn.Module, # The model
     with torch.no_grad(), capture(model, sites) as cache:
         for b in batches:
             kw = dict(b) if isinstance(b, Mapping) else {'input_ids': b}
+            if kw.get('attention_mask') is not None and 'position_ids' not in kw and 'position_ids' in inspect.signature(model.forward).parameters:
+                kw['position_ids'] = (kw['attention_mask'].cumsum(-1) - 1).clamp(min=0)  # left padding: count from each row's first real token
             model(**kw)
             mask = kw.get('attention_mask')
             w = None if mask is None else mask[..., None, None].to(cache[sites[0]].dtype)

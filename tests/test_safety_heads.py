@@ -54,7 +54,7 @@ def test_mean_ablation_ships(tiny, enc):
         base = tiny(**enc, position_ids=pos).logits[:, -1]
         with ablate_heads(tiny, {1: [0]}, 'mean', means=means): abl = tiny(**enc, position_ids=pos).logits[:, -1]
     ref = (base.softmax(-1) * (base.log_softmax(-1) - abl.log_softmax(-1))).sum(-1).mean().double()
-    assert s[1, 0].item() == pytest.approx(ref.item(), rel=1e-4, abs=1e-7)
+    assert s[1, 0].item() == pytest.approx(ref.item(), rel=1e-4, abs=1e-6)  # float32 log-softmax of two paths: ~1e-7 per term
     with pytest.raises(ConfigError): ships(tiny, enc, how='mean')
 
 def test_query_scaling_changes_only_that_heads_pattern(tiny, enc):

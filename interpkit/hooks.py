@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from .errors import SiteError, ShapeError, ConfigError, closest, check_choice
+from .models import mask_positions
 
 # %% auto #0
 __all__ = ['CANONICAL', 'MODEL_TYPES', 'Site', 'resid_pre', 'resid_post', 'attn_out', 'mlp_out', 'head_out', 'head_q', 'as_site',
@@ -343,7 +344,7 @@ def head_means(model:nn.Module, # The model
         for b in batches:
             kw = dict(b) if isinstance(b, Mapping) else {'input_ids': b}
             if kw.get('attention_mask') is not None and 'position_ids' not in kw and 'position_ids' in inspect.signature(model.forward).parameters:
-                kw['position_ids'] = (kw['attention_mask'].cumsum(-1) - 1).clamp(min=0)  # left padding: count from each row's first real token
+                kw['position_ids'] = mask_positions(kw['attention_mask'])  # left padding: count from each row's first real token
             model(**kw)
             mask = kw.get('attention_mask')
             w = None if mask is None else mask[..., None, None].to(cache[sites[0]].dtype)

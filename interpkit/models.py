@@ -11,7 +11,7 @@ from .errors import ConfigError, ModelNotAvailable, check_choice, closest
 
 # %% auto #0
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'cache_dir', 'load_lm', 'evaluating',
-           'chat', 'encode_left', 'prefix_step', 'load_encoder', 'embed']
+           'chat', 'mask_positions', 'encode_left', 'pad_right', 'prefix_step', 'load_encoder', 'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
 TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert')
@@ -220,6 +220,12 @@ def chat(model, # A causal LM
         model.train(training)
     return tok.decode(out[0, enc['input_ids'].shape[1]:], skip_special_tokens=True)
 
+# %% ../nbs/core/01_models.ipynb #31636ba8
+def mask_positions(attention_mask:torch.Tensor # (batch, pos): 1 on real tokens, 0 on padding
+                  ) -> torch.Tensor: # (batch, pos) position ids
+    "Position ids counted from each row's first real token (padding gets 0), so a left-padded prompt has the positions it has alone."
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
 # %% ../nbs/core/01_models.ipynb #ba900b16
 def encode_left(tok, # A tokenizer
                 texts:list[str], # Prompts, already formatted (no special tokens are added)
@@ -233,8 +239,24 @@ def encode_left(tok, # A tokenizer
         enc = tok(list(texts), return_tensors='pt', padding=True, add_special_tokens=False)
     finally: tok.padding_side = side
     out = dict(input_ids=enc['input_ids'], attention_mask=enc['attention_mask'])
-    if position_ids: out['position_ids'] = (enc['attention_mask'].cumsum(-1) - 1).clamp(min=0)
+    if position_ids: out['position_ids'] = mask_positions(enc['attention_mask'])
     return out
+
+# %% ../nbs/core/01_models.ipynb #f631c408
+def pad_right(rows:list, # Token id lists, one per sequence
+              pad_id:int, # Id put on the padding
+              labels:list|None=None, # Label lists (-100 where no loss), as long as `rows`; None: every real token
+              max_len:int|None=None # Cut every sequence to this many tokens
+             ) -> dict: # input_ids, attention_mask, labels of shape (batch, longest sequence)
+    "Right-padded batch of token id lists, with the attention mask and labels of a language-modelling loss."
+    if not len(rows): raise ConfigError("pad_right got no rows.", "A non-empty list of token id lists.", "Pass at least one sequence.")
+    labels = rows if labels is None else labels
+    T = min(max(map(len, rows)), max_len or 10**9)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long); lab = torch.full_like(ids, -100); mask = torch.zeros_like(ids)
+    for i, (r, l) in enumerate(zip(rows, labels)):
+        r, l = list(r)[:T], list(l)[:T]
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long); lab[i, :len(l)] = torch.tensor(l, dtype=torch.long); mask[i, :len(r)] = 1
+    return dict(input_ids=ids, attention_mask=mask, labels=lab)
 
 # %% ../nbs/core/01_models.ipynb #2545eb82
 def prefix_step(model, # A causal LM
@@ -245,7 +267,7 @@ def prefix_step(model, # A causal LM
     "Run all but the last token once, keeping its key-value cache; return `step`, which runs the last token on that cache."
     if input_ids.dim() != 2 or input_ids.shape[1] < 2: raise ConfigError(f"input_ids of shape {tuple(input_ids.shape)}.", "A batch (batch, pos >= 2).", "Pass at least two tokens per row.")
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-    pos = (mask.cumsum(-1) - 1).clamp(min=0) if position_ids is None else position_ids
+    pos = mask_positions(mask) if position_ids is None else position_ids
     out = model(input_ids=input_ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True)
     kv = out.cache if 'cache' in out else out.past_key_values
     name = 'cache' if 'cache' in inspect.signature(model.forward).parameters else 'past_key_values'  # transformers >= 5.24 renames it

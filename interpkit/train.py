@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from .errors import AssetNotFound, ConfigError, InterpkitError, NotFiniteError, ShapeError, check_choice
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'lr_factor', 'FitResult', 'fit', 'assets_dir', 'save_asset', 'load_asset', 'load_asset_into']
+__all__ = ['SCHEDULES', 'lr_factor', 'FitResult', 'fit', 'assets_dir', 'save_asset', 'load_asset', 'load_asset_into', 'lm_loss']
 
 # %% ../nbs/core/04_train.ipynb #02a04f8d
 SCHEDULES = ('cosine', 'constant')
@@ -230,3 +230,13 @@ def load_asset_into(model:torch.nn.Module, # The module to fill, e.g. freshly bu
     tensors, meta = load_asset(name, folder)
     model.load_state_dict(tensors, strict=strict)
     return meta
+
+# %% ../nbs/core/04_train.ipynb #95acfdc1
+def lm_loss(model:torch.nn.Module, # A causal LM
+            batch:dict # input_ids, attention_mask (optional), labels (optional; -100 where no loss; default: every real token)
+           ) -> torch.Tensor:
+    "Mean next-token cross-entropy over the labelled tokens of `batch`."
+    ids, mask, labels = batch['input_ids'], batch.get('attention_mask'), batch.get('labels')
+    if labels is None: labels = ids if mask is None else ids.masked_fill(mask == 0, -100)
+    logits = model(input_ids=ids, attention_mask=None if mask is None else mask.long()).logits
+    return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)

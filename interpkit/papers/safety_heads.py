@@ -10,15 +10,14 @@ import pandas as pd, torch
 import torch.nn.functional as F
 from ..errors import ConfigError, ShapeError, ModelNotAvailable, NotFiniteError, check_choice
 from ..hooks import ablate_heads, head_means, head_q, capture, layout
-from ..models import encode_left, evaluating, load_lm, prefix_step
-from ..train import fit, load_asset
+from ..models import encode_left, evaluating, load_lm, mask_positions, pad_right, prefix_step
+from ..train import fit, lm_loss, load_asset
 from ..viz import heatmap
 
 # %% auto #0
 __all__ = ['HARMFUL_TASKS', 'HARMLESS_TASKS', 'TEMPLATES', 'REFUSALS', 'REFUSAL_KEYWORDS', 'ASSET', 'requests', 'is_refusal',
-           'prompts', 'head_map', 'generate', 'refusal_rate', 'lm_loss', 'align', 'merge_adapter', 'aligned_lm',
-           'harmful_batch', 'next_token_logits', 'kl_div', 'ships', 'subspace_angle', 'SaharaResult', 'sahara',
-           'head_effect']
+           'prompts', 'head_map', 'generate', 'refusal_rate', 'align', 'merge_adapter', 'aligned_lm', 'harmful_batch',
+           'next_token_logits', 'kl_div', 'ships', 'subspace_angle', 'SaharaResult', 'sahara', 'head_effect']
 
 # %% ../../nbs/papers/07_safety_heads.ipynb #49b84e01
 HARMFUL_TASKS = {
@@ -135,18 +134,7 @@ def _examples(tok, prompts_, answers, eos:list[bool], max_len):
         out.append((ids, [-100] * len(pi) + ids[len(pi):]))
     return out
 
-def _collate(exs, pad):
-    n = max(len(i) for i, _ in exs)
-    ids = torch.tensor([i + [pad] * (n - len(i)) for i, _ in exs])
-    lab = torch.tensor([l + [-100] * (n - len(l)) for _, l in exs])
-    return dict(input_ids=ids, attention_mask=(lab != -100) | (torch.arange(n) < torch.tensor([len(i) for i, _ in exs])[:, None]), labels=lab)
-
-def lm_loss(model, # A causal LM
-            batch:dict # input_ids, attention_mask, labels (-100 where no loss)
-           ) -> torch.Tensor:
-    "Mean next-token cross-entropy on the labelled tokens."
-    logits = model(input_ids=batch['input_ids'], attention_mask=batch['attention_mask'].long()).logits
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1), batch['labels'][:, 1:].flatten(), ignore_index=-100)
+def _collate(exs, pad): return pad_right([i for i, _ in exs], pad, [l for _, l in exs])
 
 def align(model, # A causal chat LM (not changed: a copy is trained)
           tok, # Its tokenizer
@@ -228,7 +216,7 @@ def _check_enc(enc):
     ids = enc['input_ids']
     mask = enc.get('attention_mask')
     mask = torch.ones_like(ids) if mask is None else mask
-    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, mask_positions(mask)
 
 class _Runner:
     "Forward passes of one batch with heads ablated; with `last_only`, the unablated prefix is computed once and cached."

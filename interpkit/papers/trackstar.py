@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite, closest
-from ..models import evaluating, tiny_lm
+from ..models import evaluating, pad_right, tiny_lm
 from ..train import _quiet, fit
 
 # %% auto #0
@@ -479,14 +479,6 @@ def _bos(tok):
     b = getattr(tok, 'bos_token_id', None)
     return [b] if b is not None else []
 
-def _pad(rows, labs, pad_id, max_len):
-    T = min(max(map(len, rows)), max_len or 10**9)
-    ids = torch.full((len(rows), T), pad_id, dtype=torch.long); lab = torch.full_like(ids, -100); mask = torch.zeros_like(ids)
-    for i, (r, l) in enumerate(zip(rows, labs)):
-        r, l = r[:T], l[:T]
-        ids[i, :len(r)] = torch.tensor(r); lab[i, :len(l)] = torch.tensor(l); mask[i, :len(r)] = 1
-    return dict(input_ids=ids, attention_mask=mask, labels=lab)
-
 def encode_texts(tok, # A tokenizer with `encode`
                  texts:list[str], # Training texts
                  max_len:int|None=None # Truncate to this many tokens
@@ -495,7 +487,7 @@ def encode_texts(tok, # A tokenizer with `encode`
     if not texts: raise ConfigError("No texts.", "A non-empty list.", "Pass texts.")
     rows = [_bos(tok) + _enc(tok, t) for t in texts]
     pad = getattr(tok, 'pad_token_id', None) or 0
-    return _pad(rows, rows, pad, max_len)
+    return pad_right(rows, pad, max_len=max_len)
 
 def encode_queries(tok, # A tokenizer with `encode`
                    prompts:list[str], # Query prompts, e.g. 'Zorbel lives in'
@@ -509,7 +501,7 @@ def encode_queries(tok, # A tokenizer with `encode`
         if full[:len(a)] != a or len(full) == len(a): raise ConfigError(f"Target {t!r} does not tokenize as a continuation of {p!r}.", "The prompt must end where the target starts.", "Check the pair.")
         rows.append(full); labs.append([-100] * len(a) + full[len(a):])
     pad = getattr(tok, 'pad_token_id', None) or 0
-    return _pad(rows, labs, pad, None)
+    return pad_right(rows, pad, labs)
 
 # %% ../../nbs/papers/10_trackstar.ipynb #202e7fdc
 FACT_LM = dict(n_layers=2, d_model=64, n_heads=4, max_len=64)

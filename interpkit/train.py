@@ -4,16 +4,18 @@
 
 # %% ../nbs/core/04_train.ipynb #518be101
 from __future__ import annotations
-import datetime, hashlib, importlib.util, itertools, json, math, os, sys, tempfile
+import dataclasses, datetime, hashlib, importlib.util, itertools, json, math, os, sys, tempfile
 from dataclasses import dataclass
 from pathlib import Path
 import pandas as pd, torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
-from .errors import AssetNotFound, ConfigError, InterpkitError, NotFiniteError, ShapeError, check_choice
+from .models import to_model
+from .errors import AssetNotFound, ConfigError, NotFiniteError, ShapeError, check_choice
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'lr_factor', 'FitResult', 'fit', 'assets_dir', 'save_asset', 'load_asset', 'load_asset_into', 'lm_loss']
+__all__ = ['SCHEDULES', 'lr_factor', 'FitResult', 'quiet', 'fit', 'assets_dir', 'save_asset', 'load_asset', 'load_asset_into',
+           'lm_loss']
 
 # %% ../nbs/core/04_train.ipynb #02a04f8d
 SCHEDULES = ('cosine', 'constant')
@@ -47,8 +49,8 @@ class FitResult:
         return (f"FitResult(steps={len(h)}, loss {h['loss'].iloc[0]:.4g} -> {h['loss'].iloc[-1]:.4g}"
                 + (f", last eval {ev}" if ev else '') + f", optimizer={type(self.optimizer).__name__})")
 
-def _quiet() -> bool:
-    "Whether we run under pytest or in CI, where progress bars only clutter the log."
+def quiet() -> bool:
+    "Whether progress bars are off because we run under pytest or in CI, where they only clutter the log."
     ci = os.environ.get('CI', '').lower()
     return bool(os.environ.get('PYTEST_CURRENT_TEST')) or ci not in ('', '0', 'false', 'no')
 
@@ -114,7 +116,7 @@ def fit(model:torch.nn.Module, # The model to train, in place
             with torch.cuda.device(d): torch.cuda.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         get = _batch_source(batches, gen)
-        bar = tqdm(range(steps), disable=not progress or _quiet(), desc='fit')
+        bar = tqdm(range(steps), disable=not progress or quiet(), desc='fit')
         try:
             model.train()
             for step in bar:
@@ -157,6 +159,7 @@ def _check_name(name:str) -> str:
 
 def _json_default(o):
     if torch.is_tensor(o): return o.tolist()
+    if dataclasses.is_dataclass(o) and not isinstance(o, type): return dataclasses.asdict(o)   # results, e.g. `SAEMetrics`
     if hasattr(o, 'item') and callable(o.item): return o.item()   # numpy scalars
     if hasattr(o, 'tolist'): return o.tolist()                      # numpy arrays
     return str(o)                                                   # paths, dtypes, ...
@@ -236,7 +239,8 @@ def lm_loss(model:torch.nn.Module, # A causal LM
             batch:dict # input_ids, attention_mask (optional), labels (optional; -100 where no loss; default: every real token)
            ) -> torch.Tensor:
     "Mean next-token cross-entropy over the labelled tokens of `batch`."
+    batch = to_model(model, batch)
     ids, mask, labels = batch['input_ids'], batch.get('attention_mask'), batch.get('labels')
     if labels is None: labels = ids if mask is None else ids.masked_fill(mask == 0, -100)
     logits = model(input_ids=ids, attention_mask=None if mask is None else mask.long()).logits
-    return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+    return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten().to(logits.device), ignore_index=-100)

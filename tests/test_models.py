@@ -4,7 +4,8 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 import importlib.util
 import pytest, torch
 from interpkit.errors import ModelNotAvailable, ConfigError
-from interpkit.models import (TINY_ARCHS, OFFLINE_ENCODERS, tiny_lm, cache_dir, load_lm, load_encoder, chat, embed)
+from interpkit.models import (TINY_ARCHS, OFFLINE_ENCODERS, tiny_lm, cache_dir, load_lm, load_encoder, chat, embed, model_device, model_dtype,
+                              to_model, pad_id, padding, encode_left, check_causal_lm, prefix_step, iter_batches, mask_positions)
 
 
 @pytest.fixture(scope='module')
@@ -37,17 +38,23 @@ def test_cache_dir_env(monkeypatch, tmp_path):
     assert cache_dir() == cache_dir().home()/'.cache'/'interpkit'
 
 
-def test_chat_answers_and_leaves_model_unchanged(smol):
+def test_chat_answers_and_leaves_model_unchanged(smol, untouched):
     m, tok = smol
-    gen = m.generation_config.to_dict()
-    state = {k: v.clone() for k, v in m.state_dict().items()}
-    reply = chat(m, tok, "What is the capital of France?")
+    with untouched(m, tok):
+        reply = chat(m, tok, "What is the capital of France?")
+        assert chat(m, tokenizer=tok, messages=[{'role': 'user', 'content': "What is the capital of France?"}]) == reply  # greedy
     assert 'Paris' in reply
     assert 'user' not in reply and 'What is the capital' not in reply  # only the new text
-    assert chat(m, tok, [{'role': 'user', 'content': "What is the capital of France?"}]) == reply  # greedy
-    assert m.generation_config.to_dict() == gen and not m.training
-    sd = m.state_dict()
-    assert all(torch.equal(v, sd[k]) for k, v in state.items())
+
+
+def test_chat_restores_every_training_flag(smol, untouched):
+    "A model in train mode with one block in eval mode: chat runs in eval mode (greedy reply as in eval) and gives each flag back."
+    m, tok = smol
+    m.train(); m.model.layers[3].eval()
+    try:
+        with untouched(m, tok): reply = chat(m, tok, "What is the capital of France?", max_new_tokens=8)
+    finally: m.eval()
+    assert reply == chat(m, tok, "What is the capital of France?", max_new_tokens=8)
 
 
 def test_greedy_next_token_is_paris(smol):
@@ -59,12 +66,10 @@ def test_greedy_next_token_is_paris(smol):
     assert tok.decode(nxt).strip() == 'Paris'
 
 
-def test_pass_through_is_same_object_unchanged():
+def test_pass_through_is_same_object_unchanged(untouched):
     m = tiny_lm('gpt2').train()
-    before = {k: v.clone() for k, v in m.state_dict().items()}
-    m2, tok = load_lm(m)
+    with untouched(m): m2, tok = load_lm(m)
     assert m2 is m and tok is None and m.training
-    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
     m.eval()
     assert load_lm(m, dtype=torch.float32, device='cpu')[0] is m  # asking for what it already is: no copy
     assert not m.training
@@ -148,12 +153,12 @@ def test_embed_matches_sentence_transformers():
     torch.testing.assert_close(torch.nn.functional.normalize(raw, dim=-1), expected, atol=1e-5, rtol=0)
 
 
-def test_embed_with_objects_leaves_encoder_unchanged():
+def test_embed_with_objects_leaves_encoder_unchanged(untouched):
     m, tok = load_encoder()
     assert type(m).__name__ == 'BertModel' and not m.training
-    m.train()
-    e = embed(TEXTS[:2], m, tok)
-    assert m.training  # restored
+    m.train(); m.encoder.layer[0].eval()
+    with untouched(m, tok): e = embed(TEXTS[:2], m, tok)
+    m.eval()
     torch.testing.assert_close(e, embed(TEXTS[:2]), atol=1e-6, rtol=0)  # dropout was off while embedding
     with pytest.raises(ConfigError, match='no tokenizer'): embed(TEXTS, m)
     with pytest.raises(ConfigError, match='list of texts'): embed([1, 2], m, tok)
@@ -183,3 +188,78 @@ def test_cache_write_is_atomic_and_tolerates_a_lost_race(monkeypatch, tmp_path):
     models._convert_gguf(src, dest2)
     assert {'config.json', 'model.safetensors', 'tokenizer.json'} <= {p.name for p in dest2.iterdir()}
     assert sorted(p.name for p in dest2.parent.iterdir()) == ['lm', 'lm2']
+
+
+# ---------------------------------------------------------------- devices, dtypes, tokenizers, kinds of model
+
+def test_to_model_devices_and_dtypes():
+    m = tiny_lm('llama').to(torch.bfloat16)
+    b = to_model(m, {'input_ids': torch.tensor([[3, 4]]), 'attention_mask': torch.ones(1, 2, dtype=torch.long),
+                     'pixel_values': torch.rand(1, 3, dtype=torch.float64), 'nested': ({'x': torch.zeros(2)}, 'keep'), 'n': 5})
+    assert b['input_ids'].dtype == torch.long and b['attention_mask'].dtype == torch.long
+    assert b['pixel_values'].dtype == torch.bfloat16 and b['nested'][0]['x'].dtype == torch.bfloat16
+    assert b['nested'][1] == 'keep' and b['n'] == 5 and isinstance(b['nested'], tuple)
+    assert to_model(m, torch.zeros(2), cast=False).dtype == torch.float32
+    assert model_dtype(m) == torch.bfloat16 and model_device(m) == torch.device('cpu')
+    # the device comes from the input embeddings (the first device of a device_map), not from whichever parameter is first
+    class Wrapped(torch.nn.Module):
+        def __init__(self): super().__init__(); self.head = torch.nn.Linear(2, 2).to(torch.float64); self.emb = torch.nn.Embedding(4, 2)
+        def get_input_embeddings(self): return self.emb
+    assert model_device(Wrapped()) == torch.device('cpu') and model_dtype(Wrapped()) == torch.float64
+
+def test_bf16_model_through_prefix_step_matches_float32():
+    m32 = tiny_lm('qwen2'); m16 = tiny_lm('qwen2').to(torch.bfloat16)
+    ids = torch.randint(0, 128, (2, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a = prefix_step(m16, ids)().logits[:, -1].float()
+        b = m32(ids).logits[:, -1]
+    assert a.dtype == torch.float32 and torch.allclose(a, b, atol=0.05, rtol=0.05)
+
+def test_pad_id_and_padding_fall_back_to_eos(smol, untouched):
+    import copy
+    _, tok = smol
+    t = copy.deepcopy(tok); t.pad_token = None   # as GPT-2's, Llama's and Pythia's tokenizers have
+    assert pad_id(t) == t.eos_token_id and pad_id(tok) == tok.pad_token_id
+    with untouched(t):
+        enc = encode_left(t, ['Hi', 'The capital of France is'])
+        with padding(t, 'right'): right = t(['Hi', 'The capital of France is'], padding=True)
+    n = int(enc['attention_mask'][0].sum())
+    assert enc['input_ids'][0, :-n].eq(t.eos_token_id).all() and enc['attention_mask'][0, :-n].eq(0).all()
+    assert right['input_ids'][0][-1] == t.eos_token_id and right['attention_mask'][0][-1] == 0
+    assert t.pad_token is None
+    with pytest.raises(ConfigError, match="Valid values: 'left', 'right'"):
+        with padding(t, 'middle'): pass
+
+def test_check_causal_lm():
+    bert = tiny_lm('bert')
+    for fn in (lambda: check_causal_lm(bert, 'x'), lambda: prefix_step(bert, torch.ones(1, 3, dtype=torch.long))):
+        with pytest.raises(ConfigError, match='needs a causal language model, but got BertForMaskedLM.*masked language model'): fn()
+    with pytest.raises(ConfigError, match='without a language-modelling head'): check_causal_lm(tiny_lm('llama').model, 'x')
+    for arch in TINY_ARCHS:
+        if arch != 'bert': assert check_causal_lm(tiny_lm(arch), 'x') is not None
+    net = torch.nn.Linear(2, 2)
+    assert check_causal_lm(net, 'x') is net   # modules not from transformers cannot be told apart: they pass
+
+def test_iter_batches_cover_every_row_once():
+    data = {'input_ids': torch.arange(23).view(23, 1), 'attention_mask': torch.ones(23, 1), 'flag': True}
+    for bs in (1, 5, 23, 40):
+        parts = list(iter_batches(data, bs))
+        assert torch.equal(torch.cat([p['input_ids'] for p in parts]), data['input_ids'])
+        assert all(len(p['input_ids']) <= bs for p in parts) and all(p['flag'] is True for p in parts)
+        assert len(parts) == -(-23 // bs)
+    for bad in (0, -1, 2.5, True, None):
+        with pytest.raises(ConfigError, match='not a positive integer'): list(iter_batches(data, bad))
+
+def test_load_lm_dtype_and_device_map(tmp_path, smol):
+    _, tok = smol
+    tiny_lm('qwen3', n_layers=4).save_pretrained(tmp_path); tok.save_pretrained(tmp_path)
+    m16, _ = load_lm(str(tmp_path), dtype=torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 for p in m16.parameters()) and not m16.training
+    where = {'model.embed_tokens': 'cpu', 'model.layers.0': 'cpu', 'model.layers.1': 'disk', 'model.layers.2': 'disk', 'model.layers.3': 'cpu',
+             'model.norm': 'cpu', 'model.rotary_emb': 'cpu', 'lm_head': 'cpu'}
+    md, _ = load_lm(str(tmp_path), device_map=where, offload_folder=str(tmp_path/'off'))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad(): torch.testing.assert_close(md(ids).logits, tiny_lm('qwen3', n_layers=4)(ids).logits, atol=1e-5, rtol=0)
+    with pytest.raises(ConfigError, match='spread over the devices'): load_lm(md, dtype=torch.float64)
+    with pytest.raises(ConfigError, match='Pass only one'): load_lm(str(tmp_path), device='cpu', device_map='auto')
+    with pytest.raises(ConfigError, match='offload_folder was given with a loaded'): load_lm(m16, offload_folder='x')

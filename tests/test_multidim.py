@@ -140,7 +140,7 @@ def test_word_states_match_hidden_states_and_leave_model_alone():
 def test_sae_training_recipe_short_run():
     m = tiny_lm('llama', n_layers=2, seed=0)
     sae, res, met = train_lm_sae(m, CharTokenizer(), site='resid_post(0)', n_tokens=64 * 24, d_sae=64, k=4, steps=60, batch_size=128, lr=3e-3, forward_batch=8, progress=False)
-    assert met['n'] >= 2 and met['l0'] == 4
+    assert met.n >= 2 and met.l0 == 4
     assert res.history.nmse.iloc[-10:].mean() < 0.7 * res.history.nmse.iloc[:3].mean()
     rows = sae_tokens(CharTokenizer(), 64 * 10, calendar_frac=0.3)
     assert rows.shape == (10, 64)

@@ -3,7 +3,7 @@ import copy, hashlib, json, math, os, sys
 import pytest, torch
 from torch import nn
 import torch.nn.functional as F
-from interpkit.train import fit, lr_factor, FitResult, save_asset, load_asset, load_asset_into, AssetNotFound, _quiet
+from interpkit.train import fit, lr_factor, FitResult, save_asset, load_asset, load_asset_into, AssetNotFound, quiet
 from interpkit.models import tiny_lm
 from interpkit.errors import ConfigError, NotFiniteError, ShapeError
 
@@ -147,7 +147,7 @@ def test_given_optimizer_and_quiet():
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     res = fit(m, make_batch, xent, steps=4, optimizer=opt, progress=True)
     assert res.optimizer is opt and res.history['lr'].iloc[1] == pytest.approx(0.1 * lr_factor(1, 4))
-    assert _quiet()                                                     # PYTEST_CURRENT_TEST is set here
+    assert quiet()                                                     # PYTEST_CURRENT_TEST is set here
 
 # ---------------------------------------------------------------- assets
 

@@ -1,10 +1,12 @@
-"""Checks that `make test` runs first: the library matches the notebooks, the notebooks are clean, and no
-notebook cell mixes imports with other code (nbdev's docs build executes such cells out of context).
+"""Checks that `make test` runs first: the library matches the notebooks, the notebooks are clean, no
+notebook cell mixes imports with other code (nbdev's docs build executes such cells out of context), and the
+library keeps its own rules (`library`): paper modules import only the core and no private names, no unused
+imports (ruff F401), no notebook-only imports in export cells, no public name exported by two paper modules.
 
 Each check snapshots the files, runs the nbdev command, compares, then puts every file back as it was,
 so a failure stays visible until the notebooks (the source) are fixed and `make export` is run.
 """
-import hashlib, subprocess, sys
+import ast, hashlib, subprocess, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +62,57 @@ def check_imports():
         sys.exit('Move the imports into a cell of their own.')
     print('ok: no notebook cell mixes imports with other code')
 
+NOTEBOOK_ONLY = ('nbdev', 'fastcore.test', 'pytest')  # modules an exported cell has no business importing
+
+def library_problems():
+    "Break-downs of the library's own rules, one line each."
+    import ast
+    out = []
+    papers = sorted((ROOT/'interpkit'/'papers').glob('*.py'))
+    owners = {}
+    for p in papers:
+        if p.stem.startswith('_'): continue
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                mod = ('.' * node.level) + (node.module or '')
+                if node.level == 1 or mod.startswith(('interpkit.papers', '..papers')):
+                    out.append(f"{p.relative_to(ROOT)}:{node.lineno}: imports another paper module ({mod}); move what two papers share into the core")
+                if node.level >= 2 or mod.startswith('interpkit'):
+                    out += [f"{p.relative_to(ROOT)}:{node.lineno}: imports the private name {a.name} from {mod}; make it public in the core"
+                            for a in node.names if a.name.startswith('_')]
+            elif isinstance(node, ast.Import):
+                out += [f"{p.relative_to(ROOT)}:{node.lineno}: imports {a.name}; import the core, not other paper modules"
+                        for a in node.names if a.name.startswith('interpkit.papers')]
+        for name in _all_of(tree): owners.setdefault(name, []).append(p.stem)
+    out += [f"the public name {n!r} is exported by {len(ms)} paper modules ({', '.join(ms)}); give each a name that says what it is"
+            for n, ms in sorted(owners.items()) if len(ms) > 1]
+    for p in sorted((ROOT/'interpkit').rglob('*.py')):
+        if p.name == '_modidx.py': continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ''] if isinstance(node, ast.ImportFrom) else []
+            out += [f"{p.relative_to(ROOT)}:{node.lineno}: imports {n}, which only notebooks need: import it in a cell that is not exported"
+                    for n in names if n.split('.')[0] in {m.split('.')[0] for m in NOTEBOOK_ONLY} and any(n == m or n.startswith(m + '.') for m in NOTEBOOK_ONLY)]
+    res = subprocess.run([str(BIN/'ruff'), 'check', '--select', 'F401', '--no-cache', '--output-format', 'concise', '--exclude', '_modidx.py', 'interpkit'],
+                         cwd=ROOT, capture_output=True, text=True)
+    out += [f"{line} (remove it from the export cell; a notebook-only import goes in a cell that is not exported)" for line in res.stdout.splitlines() if ': F401' in line]
+    return out
+
+def _all_of(tree):
+    "The names in a module's `__all__`."
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, 'id', None) == '__all__' for t in node.targets):
+            return [e.value for e in node.value.elts]
+    return []
+
+def check_library():
+    "Fail listing every break of the library's own rules."
+    found = library_problems()
+    if found:
+        print(f"FAIL: {len(found)} problem(s) with the library's rules:", *found, sep='\n  ', file=sys.stderr)
+        sys.exit('Fix them in the notebooks, then run `make export`.')
+    print('ok: paper modules import only the core and no private names; no unused or notebook-only imports; no public name in two paper modules')
+
 if __name__ == '__main__':
     what = sys.argv[1] if len(sys.argv) > 1 else ''
     if what == 'export':
@@ -69,4 +122,5 @@ if __name__ == '__main__':
         run_check('nbdev_clean', ROOT/'nbs', '*.ipynb',
                   'Notebooks are not clean: run `make export` (it runs nbdev_clean) and commit the notebooks.')
     elif what == 'imports': check_imports()
-    else: sys.exit('usage: checks.py export|clean|imports')
+    elif what == 'library': check_library()
+    else: sys.exit('usage: checks.py export|clean|imports|library')

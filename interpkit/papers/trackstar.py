@@ -13,7 +13,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite, closest
 from ..models import evaluating, pad_right, tiny_lm
-from ..train import _quiet, fit
+from ..train import quiet, fit
 
 # %% auto #0
 __all__ = ['PROJECTIONS', 'JOBS', 'RELATIONS', 'FACT_LM', 'linear_modules', 'adam_moments', 'Projection', 'make_projection',
@@ -308,7 +308,7 @@ class GradIndex:
             R = torch.zeros((len(dims), dims[0], dims[0]) if blocked else (D, D), dtype=torch.float64)
             n, t0 = 0, time.time()
             with open(tmp/'grads.f32', 'wb') as f:
-                for b in tqdm(batches, total=total, disable=not progress or _quiet(), desc='index'):
+                for b in tqdm(batches, total=total, disable=not progress or quiet(), desc='index'):
                     g = example_grads(model, b, proj, moments, eps, mods)
                     f.write(g.cpu().numpy().astype('<f4').tobytes())
                     R += (blocks_of(g, dims, torch.float32) if blocked else autocorr(g, torch.float32)).double() * g.shape[0]  # float32 per batch, summed in float64

@@ -1,0 +1,106 @@
+"Smoke checks of the core: models, hooks, sae, train, testing, results, viz."
+import tempfile
+import torch
+from torch import nn
+from _util import lm, on, finite, ids, untouched, tiny_tokenizer
+from interpkit.models import (tiny_config, model_device, model_dtype, to_model, load_lm, evaluating, check_causal_lm, pad_id, padding, chat,
+                              mask_positions, encode_left, pad_right, check_batch_size, iter_batches, prefix_step, load_encoder, embed)
+from interpkit.hooks import (as_site, layout, module_paths, resolve, all_sites, is_linear, weight_matrix, linear_modules, final_norm, norm_gain,
+                             hooked, capture, capture_grads, add, scale, patch, head_means, ablate_heads, resid_post, head_out, head_q, attn_out)
+from interpkit.sae import SAE, normalized_mse, sae_metrics, stream_activations, train_sae, planted_data, match_directions
+from interpkit.train import lr_factor, fit, save_asset, load_asset, load_asset_into, lm_loss
+from interpkit.testing import snapshot, differences
+from interpkit.results import brief
+from interpkit.viz import to_numpy, heatmap
+
+NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
+    'tiny_lm': 'used by every check', 'tiny_tokenizer': 'used by the chat checks', 'cache_dir': 'a path', 'assets_dir': 'a path',
+    'quiet': 'reads the environment', 'Site': 'a value', 'CANONICAL': 'constants', 'resid_pre': 'site names', 'mlp_out': 'site names',
+    'ActCache': 'made by capture', 'GradCache': 'made by capture_grads', 'HookPoint': 'made by resolve', 'Layout': 'made by layout',
+    'FitResult': 'made by fit', 'SAEMetrics': 'made by sae_metrics', 'result': 'a class decorator', 'untouched': 'used by every check',
+}
+
+def checks(device, dtype):
+    tok = tiny_tokenizer()
+
+    def models():
+        m = lm('gpt2', device, dtype)
+        with untouched(m, tok):
+            assert (model_device(m).type, model_dtype(m)) == (device.type, dtype)
+            b = to_model(m, {'input_ids': ids(), 'x': torch.zeros(2)})
+            assert b['input_ids'].device.type == device.type and b['x'].dtype == dtype
+            reply = chat(m, tok, 'w1 w2 w3', max_new_tokens=4)
+            enc = encode_left(tok, ['w1', 'w2 w3 w4'])
+            with evaluating(m), torch.no_grad(): out = on(m(**to_model(m, enc)).logits, device, 'logits of encode_left')
+            step = prefix_step(m, enc['input_ids'], enc['attention_mask'])
+            with torch.no_grad(): torch.testing.assert_close(step().logits[:, -1].float(), out[:, -1].float(), atol=0.1, rtol=0.1)
+            assert check_causal_lm(m, 'x') is m and pad_id(tok) == tok.eos_token_id
+            with padding(tok, 'right'): pass
+            m2, _ = load_lm(m, dtype=torch.float32)   # a converted copy
+            assert next(m2.parameters()).dtype == torch.float32
+            assert pad_right([[1, 2], [3]], 0)['input_ids'].shape == (2, 2) and mask_positions(enc['attention_mask']).shape == (2, 3)
+            assert check_batch_size(3) == 3 and len(list(iter_batches(enc, 1))) == 2 and tiny_config('qwen3').model_type == 'qwen3'
+        return f"chat {reply!r}"
+
+    def encoder():
+        m = lm('bert', device, dtype).bert
+        with untouched(m): e = on(embed(['w1 w2', 'w3'], m, tok, batch_size=1), device, 'embeddings')
+        m2, _ = load_encoder(m)
+        assert m2 is m and e.shape == (2, 64)
+        return f"embed {tuple(e.shape)} {e.dtype}"
+
+    def hooks():
+        out = []
+        for arch in ('llama', 'gpt2', 'gemma2', 'phi3', 'olmoe'):
+            m = lm(arch, device, dtype, n_layers=2)
+            with untouched(m):
+                assert layout(m) is not None and len(all_sites(m)) == 12 and module_paths(m) and resolve(m, as_site('resid_post(1)')).path
+                with torch.no_grad(), capture(m, [resid_post(0), head_out(1), head_q(0)]) as c: m(to_model(m, ids()))
+                on(c[resid_post(0)], device, 'captured'); assert c[resid_post(0)].dtype == dtype
+                with torch.no_grad(), patch(m, {resid_post(0): add(torch.ones(64)), attn_out(1): scale(0.5)}): on(m(to_model(m, ids())).logits, device, 'patched logits')
+                mu = head_means(m, ids(), batch_size=1)
+                with torch.no_grad(), ablate_heads(m, {1: [0]}, how='mean', means=mu), ablate_heads(m, {0: [1]}, how='scale_query'): on(m(to_model(m, ids())).logits, device)
+                with capture_grads(m, [resid_post(0), head_out(1)]) as g: g.backward(m(to_model(m, ids())).logits.float().sum())
+                on(g.grads[head_out(1)], device, 'gradient')
+                with hooked([]): pass
+                lins = linear_modules(m)
+                w = weight_matrix(next(iter(lins.values())))
+                assert is_linear(next(iter(lins.values()))) and w.device.type == device.type
+                on(norm_gain(final_norm(m)), device, 'norm gain')
+            out.append(arch)
+        return ', '.join(out)
+
+    def sae():
+        m = lm('llama', device, dtype)
+        with untouched(m): chunks = list(stream_activations(m, ids(8, 10), 'resid_post(0)', batch_size=4))
+        s = SAE(64, 32, 'topk', k=4).to(device=device, dtype=dtype)
+        res = train_sae(s, torch.cat(chunks), steps=3, batch_size=16, progress=False)
+        met = sae_metrics(s, torch.cat(chunks).to(device))
+        x, D = planted_data(64, d=8, n_features=8)
+        finite(match_directions(D.to(device), D.to(device))); finite(normalized_mse(x, x * 0.9))
+        return f"{met} loss {res.final_loss:.3g}"
+
+    def train():
+        m = lm('llama', device, dtype)
+        batch = {'input_ids': ids(4, 8)}
+        res = fit(m, [batch], lm_loss, steps=2, lr=1e-3, progress=False)
+        finite(res.final_loss); assert 0 < lr_factor(1, 10, 2) <= 1
+        with tempfile.TemporaryDirectory() as d:
+            save_asset('smoke', m, {'dtype': str(dtype)}, folder=d)
+            tensors, meta = load_asset('smoke', folder=d)
+            m2 = lm('llama', device, dtype); load_asset_into(m2, 'smoke', folder=d)
+        assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(m.state_dict().values(), m2.state_dict().values()))
+        return f"loss {res.history.loss.iloc[0]:.3g} -> {res.final_loss:.3g}"
+
+    def testing_and_display():
+        m = lm('gpt2', device, dtype)
+        s = snapshot(m)
+        with torch.no_grad(): m.lm_head.weight.mul_(2)
+        assert differences(s, snapshot(m)), 'a change was not seen'
+        t = torch.randn(3, 4, device=device, dtype=dtype)
+        a = to_numpy(t)
+        fig = heatmap(t)
+        import matplotlib.pyplot as plt; plt.close('all')
+        return f"{brief(t)}, numpy {a.dtype}"
+
+    return [('models', models), ('encoder', encoder), ('hooks', hooks), ('sae', sae), ('train', train), ('testing', testing_and_display)]

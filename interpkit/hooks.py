@@ -16,8 +16,8 @@ from .models import mask_positions, to_model, iter_batches, check_batch_size, ev
 # %% auto #0
 __all__ = ['CANONICAL', 'MODEL_TYPES', 'Site', 'resid_pre', 'resid_post', 'attn_out', 'mlp_out', 'head_out', 'head_q', 'as_site',
            'Layout', 'layout', 'module_paths', 'HookPoint', 'resolve', 'all_sites', 'is_linear', 'weight_matrix',
-           'linear_modules', 'final_norm', 'norm_gain', 'hooked', 'ActCache', 'capture', 'GradCache', 'capture_grads',
-           'add', 'scale', 'patch', 'head_means', 'ablate_heads']
+           'linear_modules', 'final_norm', 'mlp_norm', 'norm_eps', 'norm_gain', 'hooked', 'ActCache', 'capture',
+           'GradCache', 'capture_grads', 'add', 'scale', 'patch', 'head_means', 'ablate_heads']
 
 # %% ../nbs/core/02_hooks.ipynb #05c5c55d
 @dataclass(frozen=True)
@@ -74,17 +74,20 @@ def as_site(site # A `Site`, a module path, or a canonical site as a string such
     return Site(m.group(1), int(m.group(2))) if m else Site(site)
 
 # %% ../nbs/core/02_hooks.ipynb #99d00852
-_LLAMA = dict(blocks='layers', attn_o='self_attn.o_proj', mlp='mlp', q='self_attn.q_proj', q_kind='plain', norm='norm')
-_LAYOUTS = {  # module paths relative to one block; `q` is how queries sit in the `q` module's output; `norm` is relative to the blocks' parent
+_LLAMA = dict(blocks='layers', attn_o='self_attn.o_proj', mlp='mlp', q='self_attn.q_proj', q_kind='plain', norm='norm', mlp_norm='post_attention_layernorm')
+_LAYOUTS = {  # module paths relative to one block; `q` is how queries sit in the `q` module's output; `norm` (the final norm) is relative to
+             # the blocks' parent; `mlp_norm` is the norm of the MLP's input (None: post-LN)
     'llama':    _LLAMA,
     'qwen3':    {**_LLAMA, 'q': 'self_attn.q_norm', 'q_kind': 'split'},  # queries normalised per head after q_proj
     'olmoe':    {**_LLAMA, 'q': 'self_attn.q_norm'},                     # queries normalised over all heads after q_proj
-    'gemma2':   {**_LLAMA, 'attn_add': 'post_attention_layernorm', 'mlp_add': 'post_feedforward_layernorm'},
-    'gemma3':   {**_LLAMA, 'attn_add': 'post_attention_layernorm', 'mlp_add': 'post_feedforward_layernorm', 'q': 'self_attn.q_norm', 'q_kind': 'split_t'},
+    'gemma2':   {**_LLAMA, 'attn_add': 'post_attention_layernorm', 'mlp_add': 'post_feedforward_layernorm', 'mlp_norm': 'pre_feedforward_layernorm'},
+    'gemma3':   {**_LLAMA, 'attn_add': 'post_attention_layernorm', 'mlp_add': 'post_feedforward_layernorm', 'mlp_norm': 'pre_feedforward_layernorm',
+                 'q': 'self_attn.q_norm', 'q_kind': 'split_t'},
     'phi3':     {**_LLAMA, 'q': 'self_attn.qkv_proj', 'q_kind': 'fused'},
-    'gpt2':     dict(blocks='h', attn_o='attn.c_proj', mlp='mlp', q='attn.c_attn', q_kind='fused', norm='ln_f'),
-    'gpt_neox': dict(blocks='layers', attn_o='attention.dense', mlp='mlp', q='attention.query_key_value', q_kind='interleaved', norm='final_layer_norm'),
-    'bert':     dict(blocks='encoder.layer', attn_o='attention.output.dense', mlp='output.dense', q='attention.self.query', q_kind='plain', norm=None),
+    'gpt2':     dict(blocks='h', attn_o='attn.c_proj', mlp='mlp', q='attn.c_attn', q_kind='fused', norm='ln_f', mlp_norm='ln_2'),
+    'gpt_neox': dict(blocks='layers', attn_o='attention.dense', mlp='mlp', q='attention.query_key_value', q_kind='interleaved', norm='final_layer_norm',
+                     mlp_norm='post_attention_layernorm'),
+    'bert':     dict(blocks='encoder.layer', attn_o='attention.output.dense', mlp='output.dense', q='attention.self.query', q_kind='plain', norm=None, mlp_norm=None),
 }
 MODEL_TYPES = {'llama': 'llama', 'mistral': 'llama', 'qwen2': 'llama', 'gemma': 'llama', 'mixtral': 'llama', 'qwen2_moe': 'llama',
                'qwen3': 'qwen3', 'qwen3_moe': 'qwen3', 'olmoe': 'olmoe', 'gemma2': 'gemma2', 'gemma3_text': 'gemma3', 'phi3': 'phi3',
@@ -243,13 +246,31 @@ def final_norm(model:nn.Module # A model with a known layout
     if lay is None: resolve(model, resid_post(0))  # raises the SiteError about the unknown layout
     return model.get_submodule(lay.final_norm) if lay.final_norm else nn.Identity()
 
+def mlp_norm(model:nn.Module, # A model with a known layout
+             layer:int # Index of the block
+            ) -> nn.Module|None:
+    "The norm applied to the input of block `layer`'s MLP (`post_attention_layernorm`, `pre_feedforward_layernorm`, `ln_2`, ...); None where the MLP reads the residual stream un-normalised (BERT is post-LN)."
+    lay = layout(model)
+    hp = resolve(model, resid_post(layer), lay)  # checks the layout and the layer
+    path = _LAYOUTS[lay.family]['mlp_norm']
+    if not path: return None
+    try: return hp.module.get_submodule(path)
+    except AttributeError:
+        raise SiteError(f"Block {layer % lay.n_layers} of {type(model).__name__} has no {path!r}, the norm its layout ({lay.family}) puts before the MLP.",
+                        "A block as `transformers` builds it for that family.", "Use the model as transformers built it, or read the norm by its module path.") from None
+
+def norm_eps(norm:nn.Module # A LayerNorm or RMSNorm (any implementation)
+            ) -> float:
+    "The epsilon a norm adds to the variance (`eps`, `variance_epsilon` or `epsilon`); 0 if it names none."
+    return next((float(v) for a in ('variance_epsilon', 'eps', 'epsilon') if isinstance(v := getattr(norm, a, None), (int, float)) and not isinstance(v, bool)), 0.)
+
 def norm_gain(norm:nn.Module # A LayerNorm or RMSNorm (any implementation)
              ) -> torch.Tensor: # (d,) the factor applied after normalising, detached
     "The per-channel gain of a norm: `weight` for LayerNorm and most RMSNorms, `1 + weight` for Gemma's, measured on a constant input."
     w = getattr(norm, 'weight', None)
     if not torch.is_tensor(w) or w.dim() != 1: raise ConfigError(f"{type(norm).__name__} has no 1-D `weight`.", "A LayerNorm or RMSNorm with a per-channel gain.", "Pass the norm module itself, e.g. `final_norm(model)`.")
     if isinstance(norm, nn.LayerNorm) or torch.is_tensor(getattr(norm, 'bias', None)): return w.detach()
-    eps = next((float(v) for a in ('variance_epsilon', 'eps', 'epsilon') if isinstance(v := getattr(norm, a, None), (int, float))), 0.)
+    eps = norm_eps(norm)
     with torch.no_grad(): y = norm(torch.ones(1, w.shape[0], device=w.device, dtype=w.dtype))[0]  # = gain / sqrt(1 + eps)
     return (y.float() * math.sqrt(1 + eps)).to(w.dtype)
 

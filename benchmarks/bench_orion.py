@@ -1,7 +1,7 @@
 """Cost of a request-patching layer sweep (`interpkit.papers.orion.request_patch`) on SmolLM2-135M-Instruct, against the
 plain way of doing it: one full forward pass of the destination prompts per patched site.
 
-usage: python benchmarks/bench_orion.py [--items 3] [--layers 30] [--repeats 1] [--threads 1]
+usage: python benchmarks/bench_orion.py [--items 3] [--layers 30] [--repeats 1] [--threads 1] [--batch-size 16]
 
 `request_patch` runs the source prompts once (capturing every site at the last position), the destination prefix once
 with a key-value cache, and then one single-token step per site. The reference runs, per site, a full forward of the
@@ -31,20 +31,21 @@ if __name__ == '__main__':
     ap.add_argument('--layers', type=int, default=30, help='layers swept (3 sites each)')
     ap.add_argument('--repeats', type=int, default=1)
     ap.add_argument('--threads', type=int, default=1)
+    ap.add_argument('--batch-size', type=int, default=16, help='prompt pairs per forward pass of request_patch')
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    model, tok = load_lm()
+    model, tokenizer = load_lm()
     n = min(a.layers, layout(model).n_layers)
     sites = [f'{s}({l})' for l in range(n) for s in ('resid_post', 'attn_out', 'mlp_out')]
     items = [it for d in DOMAINS for it in make_items(d, a.items, n_keys=2, seed=0)]
-    src = encode_left(tok, [prompt(tok, it.domain, it.c1, it.r1) for it in items])
-    dst = encode_left(tok, [prompt(tok, it.domain, it.c2, it.r2) for it in items])
+    src = encode_left(tokenizer, [prompt(tokenizer, it.domain, it.c1, it.r1) for it in items])
+    dst = encode_left(tokenizer, [prompt(tokenizer, it.domain, it.c2, it.r2) for it in items])
     print(f"{len(items)} prompt pairs of {src['input_ids'].shape[1]} and {dst['input_ids'].shape[1]} tokens, {len(sites)} sites, {a.threads} thread(s)")
-    fast, ref = request_patch(model, src, dst, sites), full_forward_sweep(model, src, dst, sites)
+    fast, ref = request_patch(model, src, dst, sites, batch_size=a.batch_size), full_forward_sweep(model, src, dst, sites)
     err = max((fast.patched[s] - ref[s]).abs().max().item() for s in sites)
     print(f"max |logit difference| between the two: {err:.2e}")
-    runs = {'request_patch (cached prefix)': lambda: request_patch(model, src, dst, sites),
-            'request_patch, one site': lambda: request_patch(model, src, dst, sites[:1]),
+    runs = {'request_patch (cached prefix)': lambda: request_patch(model, src, dst, sites, batch_size=a.batch_size),
+            'request_patch, one site': lambda: request_patch(model, src, dst, sites[:1], batch_size=a.batch_size),
             'one full forward per site': lambda: full_forward_sweep(model, src, dst, sites)}
     times = {k: [] for k in runs}
     for _ in range(a.repeats):

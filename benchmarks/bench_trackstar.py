@@ -15,28 +15,29 @@ import argparse, os, shutil, statistics, tempfile, time
 from pathlib import Path
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 import torch
-from interpkit.models import load_lm, tiny_lm
-from interpkit.train import load_asset
-from interpkit.papers.trackstar import (FACT_LM, GradIndex, WordTokenizer, encode_texts, example_grads, example_losses, fact_corpus,
-                                        linear_modules, make_projection)
+from interpkit.hooks import linear_modules
+from interpkit.models import load_lm
+from interpkit.papers.trackstar import (GradIndex, encode_texts, example_grads, example_losses, fact_corpus, load_fact_lm, load_fact_lm_moments,
+                                        make_projection)
 from interpkit.data import shakespeare_docs
 
 N_BATCHES = 4
 
 def bench(name, model, batch, moments, repeats):
     mods = linear_modules(model)
-    proj = make_projection({n: tuple(m.weight.shape) for n, m in mods.items()})
+    proj = make_projection(mods)
     tmp = Path(tempfile.mkdtemp())
+    B = batch['input_ids'].shape[0]  # every call runs the whole batch in one pass
     def plain():
         model.zero_grad(set_to_none=True)
-        example_losses(model, batch).mean().backward()
+        example_losses(model, batch, batch_size=B).mean().backward()
         model.zero_grad(set_to_none=True)
-    def fast(): example_grads(model, batch, proj, None, modules=mods)
-    def corrected(): example_grads(model, batch, proj, moments, modules=mods)
+    def fast(): example_grads(model, batch, proj, None, modules=mods, batch_size=B)
+    def corrected(): example_grads(model, batch, proj, moments, modules=mods, batch_size=B)
     k = [0]
     def index():  # a build over N_BATCHES copies of the batch, reported per batch: fixed costs (fingerprint, files) amortised
         k[0] += 1
-        GradIndex.build(model, [batch] * N_BATCHES, tmp/f'i{k[0]}', moments=moments, progress=False)
+        GradIndex.build(model, [batch] * N_BATCHES, tmp/f'i{k[0]}', moments=moments, progress=False, batch_size=B)
         shutil.rmtree(tmp/f'i{k[0]}')
     fns = dict(plain=plain, fast=fast, corrected=corrected, index=index)
     for f in fns.values(): f()  # warm up
@@ -60,13 +61,10 @@ if __name__ == '__main__':
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     fc = fact_corpus(seed=0)
-    tensors, meta = load_asset('trackstar_fact_lm')
-    moments, _ = load_asset('trackstar_fact_lm_moments')
-    tok = WordTokenizer(meta['vocab'])
-    m = tiny_lm('llama', vocab_size=tok.vocab_size, **FACT_LM); m.load_state_dict(tensors)
-    bench('tiny fact LM', m, encode_texts(tok, fc.passages[:64]), moments, a.repeats)
+    m, tokenizer, _ = load_fact_lm()
+    bench('tiny fact LM', m, encode_texts(tokenizer, fc.passages[:64]), load_fact_lm_moments(), a.repeats)
     if not a.skip_smollm2:
-        lm, lt = load_lm()
+        lm, lm_tokenizer = load_lm()
         docs = [d.replace('\n', ' ') for d in shakespeare_docs(words=80)[:8]]
         ones = {n: torch.ones_like(p) for n, p in lm.named_parameters()}
-        bench('SmolLM2-135M-Instruct', lm, encode_texts(lt, docs, max_len=64), ones, a.repeats)
+        bench('SmolLM2-135M-Instruct', lm, encode_texts(lm_tokenizer, docs, max_len=64), ones, a.repeats)

@@ -1,11 +1,16 @@
-"""Tests of interpkit.papers.orion: request-patching identities on a tiny Llama, items checked by an independent parser, typed errors, model untouched."""
-import copy, os, re
+"""Tests of interpkit.papers.orion: request-patching against full forward passes with hand-written hooks, the sweep's and
+oversight's scores against a brute-force re-computation (one unpadded prompt at a time), items checked by an independent
+parser, typed errors (masked LMs, bad sites, bad batches), negative layers, dtypes, the model left untouched."""
+import copy, inspect, os, random, re
 import pytest, torch
-from interpkit.models import tiny_lm
+from interpkit.models import tiny_lm, tiny_tokenizer
 from interpkit.errors import ConfigError, ShapeError, SiteError
-from interpkit.models import encode_left as encode
-from interpkit.papers.orion import (DOMAINS, INJECTIONS, Item, make_items, render, injected, request_patch, _check_enc, answer_id, prompt,
-                                   task_tokenizer, last_logits, oversight, patch_report, top_tokens, sweep)
+from interpkit.hooks import resid_post, mlp_out
+from interpkit.models import encode_left
+from interpkit.papers import orion
+from interpkit.papers.orion import (DOMAINS, INJECTIONS, Item, make_items, render, injected, request_patch, answer_id, prompt, task_tokenizer,
+                                    last_logits, oversight, patch_report, show_patch, top_tokens, sweep, band_summary, plot_sweep, load_task_lm,
+                                    train_task_lm, task_document, recall_document, chat_prompt, Patched, PatchReport, SweepResult, Band)
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
@@ -17,40 +22,470 @@ def batch(b, t, seed, pad=0):
 
 SITES = [f'{s}({l})' for l in range(3) for s in ('resid_post', 'attn_out', 'mlp_out')]
 
+# ---------- a reference written without interpkit.hooks: plain forwards of one unpadded prompt with hand-written hooks
+
+def _module(m, name, layer):
+    if m.config.model_type == 'gpt2':
+        blk = m.transformer.h[layer]
+        return {'resid_post': (blk, 'out'), 'resid_pre': (blk, 'in'), 'attn_out': (blk.attn.c_proj, 'out'), 'mlp_out': (blk.mlp, 'out')}[name]
+    blk = m.model.layers[layer]
+    return {'resid_post': (blk, 'out'), 'resid_pre': (blk, 'in'), 'attn_out': (blk.self_attn.o_proj, 'out'), 'mlp_out': (blk.mlp, 'out')}[name]
+
+def _forward(m, ids, site=None, value=None):
+    "Last-position logits of one prompt (a list of ids); with `site` = (name, layer), also its last-position activation, or `value` written there."
+    store, handles = {}, []
+    if site is not None:
+        mod, kind = _module(m, *site)
+        def swap(t):
+            if value is None: store['x'] = t[:, -1].clone(); return t
+            t = t.clone(); t[:, -1] = value; return t
+        if kind == 'out':
+            def post(mod_, args, out):
+                if isinstance(out, tuple): return (swap(out[0]), *out[1:])
+                return swap(out)
+            handles.append(mod.register_forward_hook(post))
+        else:
+            def pre(mod_, args, kwargs):
+                if args: return (swap(args[0]), *args[1:]), kwargs
+                return args, {**kwargs, 'hidden_states': swap(kwargs['hidden_states'])}
+            handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
+    try:
+        with torch.no_grad(): lg = m(input_ids=torch.tensor([ids])).logits[0, -1]
+    finally:
+        for h in handles: h.remove()
+    return lg, store.get('x')
+
+def _ids(tokenizer, text): return tokenizer(text, add_special_tokens=False)['input_ids']
+
+def _word(tokenizer, w):
+    "The id of a value: with the word-level task tokenizer every value is one word (independent of `answer_id`)."
+    i = tokenizer.convert_tokens_to_ids(w)
+    assert i != tokenizer.unk_token_id, w
+    return i
+
+def _mean(xs): return sum(xs) / len(xs)
+
+@pytest.fixture(scope='module')
+def task():
+    "The shipped model, and a copy with noise on its weights that fails some items (so that the survivor filter has work to do)."
+    m, tokenizer, meta = load_task_lm()
+    bad, _, _ = load_task_lm()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in bad.parameters(): p.add_(torch.randn(p.shape, generator=g) * 0.5 * p.std())
+    return m, bad, tokenizer, meta
+
+# ---------- request_patch
+
 @pytest.mark.parametrize('pad', [0, 3])
-def test_self_patch_changes_nothing(pad):
+def test_self_patch_changes_nothing(pad, untouched):
     m = tiny_lm('llama', n_layers=3, seed=1)
     a = batch(4, 10, 0, pad)
-    r = request_patch(m, a, a, SITES)
+    with untouched(m): r = request_patch(m, a, a, SITES, batch_size=3)
     with torch.no_grad(): full = m(**a).logits[:, -1]  # plain forward, no cache: independent reference
     torch.testing.assert_close(r.dst, full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(r.src, full, atol=1e-5, rtol=1e-5)
     for s in SITES: torch.testing.assert_close(r.patched[s], full, atol=1e-5, rtol=1e-5)
 
 def test_final_layer_patch_reproduces_source_distribution():
     m = tiny_lm('llama', n_layers=3, seed=2)
     a, b = batch(5, 8, 1, pad=2), batch(5, 11, 2)
-    r = request_patch(m, a, b, ['resid_post(2)'])
+    r = request_patch(m, a, b, ['resid_post(2)', resid_post(-1)])
     with torch.no_grad(): ref = m(**a).logits[:, -1].softmax(-1)
-    torch.testing.assert_close(r.patched['resid_post(2)'].softmax(-1), ref, atol=1e-6, rtol=1e-5)
+    for s in ('resid_post(2)', 'resid_post(-1)'): torch.testing.assert_close(r.patched[s].softmax(-1), ref, atol=1e-6, rtol=1e-5)
     assert (r.dst.softmax(-1) - ref).abs().max() > 1e-4  # the destination alone differs
 
-def test_patch_equals_uncached_manual_patch():
-    "The cached single-token step under a patch equals a full forward with a hand-written hook."
-    m = tiny_lm('llama', n_layers=3, seed=3)
-    a, b = batch(3, 7, 3), batch(3, 9, 4)
-    r = request_patch(m, a, b, ['resid_post(1)'])
-    store = {}
-    h = m.model.layers[1].register_forward_hook(lambda mod, i, o: store.__setitem__('x', (o[0] if isinstance(o, tuple) else o)[:, -1].clone()))
-    with torch.no_grad(): m(**a)
-    h.remove()
-    def put(mod, i, o):
-        t = o[0] if isinstance(o, tuple) else o
-        t = t.clone(); t[:, -1] = store['x']
-        return (t, *o[1:]) if isinstance(o, tuple) else t
-    h = m.model.layers[1].register_forward_hook(put)
-    with torch.no_grad(): ref = m(**b).logits[:, -1]
-    h.remove()
-    torch.testing.assert_close(r.patched['resid_post(1)'], ref, atol=1e-5, rtol=1e-5)
+@pytest.mark.parametrize('arch,batch_size', [('llama', 1), ('llama', 2), ('llama', 16), ('gpt2', 2)])
+def test_patch_equals_uncached_manual_patch(arch, batch_size, untouched):
+    """The cached single-token step under a patch equals a full forward of each unpadded prompt with a hand-written hook, in chunks of any
+    size; GPT-2 (absolute positions: left padding needs the right position ids) is given in train mode, its dropout on: the method runs in eval mode."""
+    m = tiny_lm(arch, n_layers=3, seed=3)
+    if arch == 'gpt2': m.train()
+    g = torch.Generator().manual_seed(3)
+    rows_a = [torch.randint(0, 128, (n,), generator=g).tolist() for n in (7, 3, 5)]
+    rows_b = [torch.randint(0, 128, (n,), generator=g).tolist() for n in (4, 9, 2)]
+    enc = lambda rows: dict(input_ids=torch.tensor([[0] * (9 - len(r)) + r for r in rows]), attention_mask=torch.tensor([[0] * (9 - len(r)) + [1] * len(r) for r in rows]))
+    sites = [('resid_post', 1), ('attn_out', 0), ('mlp_out', 2), ('resid_pre', 1)]
+    with untouched(m):
+        r = request_patch(m, enc(rows_a), enc(rows_b), [f'{n}({l})' for n, l in sites], batch_size=batch_size)
+        lg = last_logits(m, enc(rows_b), batch_size=batch_size)
+    m = copy.deepcopy(m).eval()     # the reference, in eval mode
+    torch.testing.assert_close(lg, torch.stack([_forward(m, rb)[0] for rb in rows_b]), atol=1e-5, rtol=1e-5)
+    for i, (ra, rb) in enumerate(zip(rows_a, rows_b)):
+        torch.testing.assert_close(r.src[i], _forward(m, ra)[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(r.dst[i], _forward(m, rb)[0], atol=1e-5, rtol=1e-5)
+        for s in sites:
+            _, x = _forward(m, ra, s)
+            torch.testing.assert_close(r.patched[f'{s[0]}({s[1]})'][i], _forward(m, rb, s, x)[0], atol=1e-5, rtol=1e-5)
+
+def test_bad_input_raises_typed_errors(untouched):
+    m = tiny_lm('llama', n_layers=2)
+    a = batch(2, 5, 0)
+    with pytest.raises(ConfigError): make_items('poem')
+    with pytest.raises(ConfigError): make_items('code', n=0)
+    with pytest.raises(ConfigError): render('code', make_items('code', 1)[0].c1, 'nope')
+    with untouched(m):
+        with pytest.raises(ShapeError): request_patch(m, a, batch(3, 5, 1), ['resid_post(0)'])
+        with pytest.raises(ShapeError): request_patch(m, {'input_ids': torch.zeros(2, 1, dtype=torch.long)}, a, ['resid_post(0)'])
+        with pytest.raises(ShapeError, match='attention_mask'): request_patch(m, a, dict(a, attention_mask=torch.ones(2, 4)), ['resid_post(0)'])
+        right = dict(input_ids=a['input_ids'], attention_mask=torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))
+        with pytest.raises(ShapeError, match=r'last position of dst is padding in rows \[1\]'): request_patch(m, a, right, ['resid_post(0)'])
+        with pytest.raises(ShapeError, match=r'last position of src is padding'): request_patch(m, right, a, ['resid_post(0)'])
+        with pytest.raises(ShapeError, match='last position of batch'): last_logits(m, right)
+        with pytest.raises(SiteError): request_patch(m, a, a, ['resid_post(5)'])
+        with pytest.raises(SiteError): request_patch(m, a, a, ['resid_post(-3)'])
+        with pytest.raises(ConfigError, match='batch_size'): request_patch(m, a, a, ['resid_post(0)'], batch_size=0)
+        with pytest.raises(ConfigError, match='batch_size'): last_logits(m, a, batch_size=1.5)
+        with pytest.raises(ShapeError): top_tokens(task_tokenizer(), torch.zeros(2, 3))
+
+def test_chunks_run_at_their_own_width_and_keep_only_the_last_logits(untouched):
+    "Each chunk drops its all-padding columns (never below 2), the unpatched runs ask for the last position's logits only, and 2 tokens are enough."
+    m = tiny_lm('llama', n_layers=2, seed=5)
+    g = torch.Generator().manual_seed(5)
+    rows = [torch.randint(0, 128, (n,), generator=g).tolist() for n in (9, 3, 1, 2)]
+    enc = dict(input_ids=torch.tensor([[0] * (9 - len(r)) + r for r in rows]), attention_mask=torch.tensor([[0] * (9 - len(r)) + [1] * len(r) for r in rows]))
+    widths, kept = [], []
+    h1 = m.register_forward_pre_hook(lambda mod, args, kw: widths.append((kw['input_ids'].shape[1], kw.get('logits_to_keep'), kw.get('use_cache'))), with_kwargs=True)
+    h2 = m.lm_head.register_forward_hook(lambda mod, args, out: kept.append(out.shape[1]))
+    try:
+        with untouched(m):
+            lg = last_logits(m, enc, batch_size=1)
+            assert widths == [(9, 1, False), (3, 1, False), (2, 1, False), (2, 1, False)] and kept == [1] * 4     # no key-value cache kept either
+            widths.clear(); kept.clear()
+            r = request_patch(m, enc, enc, ['resid_post(0)'], batch_size=2)
+            assert [w for w, *_ in widths] == [9, 8, 1, 1, 2, 1, 1, 1]       # src, dst prefix, dst step, patched step; per chunk (rows of 9, 3 | 1, 2 tokens)
+            assert widths[0][1:] == (1, False) and kept[0] == 1
+    finally: h1.remove(); h2.remove()
+    torch.testing.assert_close(lg, torch.stack([_forward(m, r_)[0] for r_ in rows]), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(r.patched['resid_post(0)'], lg, atol=1e-5, rtol=1e-5)
+    calls = []
+    h = m.register_forward_pre_hook(lambda *a: calls.append(1))
+    try: last_logits(m, batch(17, 3, 0)); request_patch(m, batch(17, 3, 0), batch(17, 3, 1), [])
+    finally: h.remove()
+    assert len(calls) == 2 + 2 * 3        # batch_size=16 by default: two chunks of 17 rows (request_patch: src, the dst prefix and its step)
+    tokenizer = task_tokenizer()
+    tm = tiny_lm('llama', n_layers=1, vocab_size=len(tokenizer), max_len=256, d_model=16, n_heads=2)
+    calls.clear()
+    h = tm.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        sweep(tm, tokenizer, make_items('code', 17), [])
+        assert len(calls) == 2 * 3 + 2        # sweep too: two chunks of (src, dst prefix, dst step) and two of the reference prompts
+        calls.clear(); oversight(tm, tokenizer, make_items('code', 17), 'resid_post(0)', kinds=['note'])
+        assert len(calls) == 2 * 4            # oversight: two chunks of (src, dst prefix, dst step, patched step)
+    finally: h.remove()
+    two = dict(input_ids=torch.tensor([rows[3]]))
+    torch.testing.assert_close(last_logits(m, two)[0], _forward(m, rows[3])[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(request_patch(m, two, two, []).dst[0], _forward(m, rows[3])[0], atol=1e-5, rtol=1e-5)
+
+def test_a_tokenizers_batch_encoding_is_a_batch():
+    "A `BatchEncoding` (a Mapping, not a dict) straight from a left-padding tokenizer works, with positions counted from the mask."
+    tokenizer = task_tokenizer()
+    m = tiny_lm('llama', n_layers=2, vocab_size=len(tokenizer), max_len=256, seed=8)
+    texts = [prompt(tokenizer, 'code', it.c1, it.r1) for it in make_items('code', 2)] + ['a = 1\nAnswer: a =']
+    tokenizer.padding_side = 'left'
+    be = tokenizer(texts, return_tensors='pt', padding=True, add_special_tokens=False)
+    torch.testing.assert_close(last_logits(m, be), torch.stack([_forward(m, _ids(tokenizer, t))[0] for t in texts]), atol=1e-5, rtol=1e-5)
+
+def test_model_unchanged_after_success_and_error(untouched):
+    m = tiny_lm('llama', n_layers=2).train()
+    m.model.layers[0].eval()                      # a mixed state must come back as it was
+    a = batch(2, 6, 0)
+    with untouched(m):
+        request_patch(m, a, batch(2, 4, 1), ['resid_post(0)', 'mlp_out(1)'], batch_size=1)
+        with pytest.raises(SiteError): request_patch(m, a, a, ['resid_post(0)', 'bogus(1)'])
+    assert m.training and not m.model.layers[0].training
+
+# ---------- repro 6a: a masked LM gets the core's error, from every entry point, before any work
+
+@pytest.mark.parametrize('name', ['request_patch', 'last_logits', 'sweep', 'oversight', 'patch_report', 'show_patch'])
+def test_masked_lm_is_refused_with_the_core_error(name, untouched):
+    bert, tokenizer = tiny_lm('bert'), task_tokenizer()
+    items = make_items('code', 2)
+    enc = encode_left(tokenizer, [prompt(tokenizer, 'code', it.c1, it.r1) for it in items])
+    call = {'request_patch': lambda: request_patch(bert, enc, enc, ['resid_post(0)']), 'last_logits': lambda: last_logits(bert, enc),
+            'sweep': lambda: sweep(bert, tokenizer, items, ['resid_post(0)']), 'oversight': lambda: oversight(bert, tokenizer, items, 'resid_post(0)'),
+            'patch_report': lambda: patch_report(bert, tokenizer, items[0], 'resid_post(0)'), 'show_patch': lambda: show_patch(bert, tokenizer, items[0], 'resid_post(0)')}[name]
+    calls = []
+    h = bert.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with untouched(tokenizer), pytest.raises(ConfigError, match=f'{name} needs a causal language model.*masked language model'): call()
+    finally: h.remove()
+    assert not calls, 'the model ran before the check'
+
+# ---------- repro 6b: negative layers are the model's layers
+
+def test_negative_layer_sites_are_placed_at_their_layer(untouched):
+    tokenizer = task_tokenizer()
+    lm = tiny_lm('llama', n_layers=2, vocab_size=len(tokenizer), max_len=256, seed=3)
+    items = make_items('code', 3) + make_items('story', 2)
+    with untouched(lm, tokenizer):
+        res = sweep(lm, tokenizer, items, [resid_post(-1), resid_post(1), 'resid_post(-1)', mlp_out(-2), 'attn_out(-1)'], keep_correct=False)
+        ref = sweep(lm, tokenizer, items, ['resid_post(1)', 'mlp_out(0)', 'attn_out(1)'], keep_correct=False)
+    sc = res.scores
+    assert sc[['site', 'layer']].drop_duplicates().values.tolist() == [['resid_post', 1], ['mlp_out', 0], ['attn_out', 1]]
+    assert len(sc) == 3 * 2 and sc.layer.notna().all()      # one run per distinct site and domain
+    cols = ['acc_r1c1', 'acc_r2c2', 'acc_r1c2', 'p_r1c1', 'p_r2c2', 'p_r1c2', 'p_ref']
+    torch.testing.assert_close(torch.tensor(sc[cols].values), torch.tensor(ref.scores[cols].values), atol=1e-6, rtol=1e-6)
+    ax = plot_sweep(res, 'code', 'resid_post')
+    assert [list(l.get_xdata()) for l in ax.get_lines()] == [[1]] * 3   # the -1 site is drawn at layer 1, not dropped
+    with pytest.raises(SiteError): sweep(lm, tokenizer, items, ['resid_post(-3)'])
+
+# ---------- repro E6: every model input goes through `to_model` (the model's device); answers compared on the logits' device
+
+def test_every_model_input_goes_through_to_model(monkeypatch):
+    "A `to_model` that copies what it returns: each tensor the model gets must share storage with such a copy (on a GPU, the moved batch)."
+    import interpkit.models as models
+    real, made = models.to_model, set()
+    def spy(model, batch, **kw):
+        out = real(model, batch, **kw)
+        def copy_(x):
+            if torch.is_tensor(x): x = x.clone(); made.add(x.untyped_storage().data_ptr()); return x
+            if isinstance(x, dict): return {k: copy_(v) for k, v in x.items()}
+            if isinstance(x, (list, tuple)): return type(x)(map(copy_, x))
+            return x
+        return copy_(out)
+    monkeypatch.setattr(models, 'to_model', spy); monkeypatch.setattr(orion, 'to_model', spy)
+    tokenizer = task_tokenizer()
+    m = tiny_lm('llama', n_layers=2, vocab_size=len(tokenizer), max_len=256)
+    seen = []
+    def check(mod, args, kwargs):
+        for k in ('input_ids', 'attention_mask', 'position_ids'):
+            if torch.is_tensor(kwargs.get(k)): seen.append((k, kwargs[k].untyped_storage().data_ptr() in made))
+    h = m.register_forward_pre_hook(check, with_kwargs=True)
+    try:
+        items = make_items('code', 3)
+        src = encode_left(tokenizer, [prompt(tokenizer, 'code', it.c1, it.r1) for it in items])
+        dst = encode_left(tokenizer, [prompt(tokenizer, 'code', it.c2, it.r2) for it in items])
+        request_patch(m, src, dst, ['resid_post(0)'], batch_size=2); last_logits(m, src, batch_size=2)
+        sweep(m, tokenizer, items, ['resid_post(0)'], keep_correct=False); oversight(m, tokenizer, items, 'resid_post(0)', kinds=['note'])
+    finally: h.remove()
+    assert seen and all(ok for _, ok in seen), [k for k, ok in seen if not ok]
+    class Ids:      # CPU answer ids that record where they are sent: to the logits' device before the gather
+        def __init__(self, t): self.t, self.to_ = t, []
+        def to(self, *a): self.to_.append(a); return self.t.to(*a)
+    lg, ids = torch.randn(2, 5, dtype=torch.float64), Ids(torch.tensor([1, 4]))
+    assert orion._p(lg, ids).tolist() == pytest.approx([lg[0].softmax(-1)[1].item(), lg[1].softmax(-1)[4].item()], abs=1e-12)
+    assert ids.to_ == [(lg.device,)]
+
+def test_sweep_takes_module_paths_and_skips_domains_without_survivors(task, untouched):
+    "A module path is a site of its own (layer None), which plots refuse; a domain with no survivor gets no row, and the next domains still do."
+    _, bad, tokenizer, _ = task
+    items = [it for d in DOMAINS for it in make_items(d, 5, seed=21)]
+    good = [all(x) for x in _item_ok(bad, tokenizer, items)]
+    d0 = next(it.domain for it, g in zip(items, good) if not g)
+    first = [it for it, g in zip(items, good) if it.domain == d0 and not g]      # only failures of d0, first
+    rest = [(it, g) for it, g in zip(items, good) if it.domain != d0]
+    with untouched(bad, tokenizer): res = sweep(bad, tokenizer, first + [it for it, _ in rest], ['model.layers.0', 'resid_post(0)'])
+    assert set(res.scores.domain) == {it.domain for it, g in rest if g} and len(set(res.scores.domain)) >= 2
+    by = res.scores.set_index(['site', 'domain'])
+    mp = by.loc['model.layers.0']
+    assert mp.layer.isna().all()
+    torch.testing.assert_close(torch.tensor(mp[['acc_r1c2', 'p_r1c2']].values), torch.tensor(by.loc['resid_post'][['acc_r1c2', 'p_r1c2']].values))  # the same module
+    with pytest.raises(ConfigError, match='no layer'): plot_sweep(res, rest[0][0].domain, 'model.layers.0')
+    with pytest.raises(ConfigError, match='no layer'): band_summary(res, 'model.layers.0')
+
+def _item_ok(m, tokenizer, items):
+    "Per item, whether the model answers the three unpatched prompts (plain forwards)."
+    out = []
+    for it in items:
+        ok = []
+        for r, c in ((it.r1, it.c1), (it.r2, it.c2), (it.r1, it.c2)):
+            ok.append(int(_forward(m, _ids(tokenizer, prompt(tokenizer, it.domain, c, r)))[0].argmax()) == _word(tokenizer, dict(c)[r]))
+        out.append(ok)
+    return out
+
+# ---------- sweep and oversight against brute force
+
+def _brute_sweep(m, tokenizer, items, sites, keep_correct):
+    "Per (site, domain) and per domain, the numbers `sweep` reports, from one plain forward per prompt and site."
+    per = []
+    for it in items:
+        s_ids, d_ids, r_ids = (_ids(tokenizer, prompt(tokenizer, it.domain, c, r)) for r, c in ((it.r1, it.c1), (it.r2, it.c2), (it.r1, it.c2)))
+        a = {'r1c1': _word(tokenizer, dict(it.c1)[it.r1]), 'r2c2': _word(tokenizer, dict(it.c2)[it.r2]), 'r1c2': _word(tokenizer, dict(it.c2)[it.r1])}
+        src, dst, ref = _forward(m, s_ids)[0], _forward(m, d_ids)[0], _forward(m, r_ids)[0]
+        ok = [int(src.argmax()) == a['r1c1'], int(dst.argmax()) == a['r2c2'], int(ref.argmax()) == a['r1c2']]
+        row = dict(domain=it.domain, ok=ok, p_ref=ref.double().softmax(-1)[a['r1c2']].item(), sites={})
+        for s in sites:
+            lg = _forward(m, d_ids, s, _forward(m, s_ids, s)[1])[0]
+            p = lg.double().softmax(-1)
+            row['sites'][s] = {**{f'acc_{k}': float(int(lg.argmax()) == v) for k, v in a.items()}, **{f'p_{k}': p[v].item() for k, v in a.items()}}
+        per.append(row)
+    base = {}
+    for d in sorted({r['domain'] for r in per}):
+        rs = [r for r in per if r['domain'] == d]
+        base[d] = dict(n=len(rs), acc_r1c1=_mean([r['ok'][0] for r in rs]), acc_r2c2=_mean([r['ok'][1] for r in rs]), acc_r1c2=_mean([r['ok'][2] for r in rs]),
+                       survivors=sum(all(r['ok']) for r in rs), p_ref=_mean([r['p_ref'] for r in rs]))
+    scores = {}
+    for s in sites:
+        for d in base:
+            rs = [r for r in per if r['domain'] == d and (all(r['ok']) or not keep_correct)]
+            if rs: scores[s[0], s[1], d] = dict(n=len(rs), p_ref=_mean([r['p_ref'] for r in rs]), **{k: _mean([r['sites'][s][k] for r in rs]) for k in rs[0]['sites'][s]})
+    return base, scores, [it for it, r in zip(items, per) if all(r['ok']) or not keep_correct]
+
+def _templated():
+    "The task tokenizer with a chat template (of words it knows), so that prompts differ from the template-less ones."
+    t = task_tokenizer()
+    t.chat_template = "People and their jobs:\n{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}{{ '\\nAnswer : ' }}{% endif %}"
+    return t
+
+def test_chat_prompt_and_prompt_use_the_chat_template():
+    t = _templated()
+    assert chat_prompt(t, 'Where does Bob live?', 'Bob lives in') == "People and their jobs:\nWhere does Bob live?\nAnswer : Bob lives in"
+    assert chat_prompt(task_tokenizer(), 'Where does Bob live?', 'Bob lives in') == "Where does Bob live?\nAnswer: Bob lives in"
+    tt = tiny_tokenizer()
+    assert chat_prompt(tt, 'w1 w2', 'w3') == 'user w1 w2 <eos> assistant w3'
+    it = make_items('code', 1, seed=3)[0]
+    user, pre = render('code', it.c1, it.r1)
+    assert prompt(t, 'code', it.c1, it.r1) == f"People and their jobs:\n{user}\nAnswer : {pre}"
+
+@pytest.mark.parametrize('keep_correct,templated', [(True, False), (False, False), (False, True)])
+def test_sweep_scores_equal_brute_force(task, keep_correct, templated, untouched):
+    _, bad, tokenizer, _ = task
+    if templated: tokenizer = _templated()
+    items = [it for d in DOMAINS for it in make_items(d, 5, seed=21)]
+    sites = [('resid_pre', 0), ('resid_post', 0), ('attn_out', 1), ('mlp_out', 0), ('resid_post', 3)]
+    kw = {} if keep_correct else dict(keep_correct=False)     # True is the default
+    with untouched(bad, tokenizer): res = sweep(bad, tokenizer, items, [f'{n}({l})' for n, l in sites], batch_size=7, **kw)
+    base, scores, survivors = _brute_sweep(bad, tokenizer, items, sites, keep_correct)
+    assert 0 < sum(b['survivors'] for b in base.values()) < len(items)    # the filter has work to do
+    assert res.survivors == survivors
+    assert sorted(res.base.index) == sorted(base) and res.base.survivors.dtype.kind == 'i'
+    for d, b in base.items():
+        for k, v in b.items(): assert res.base.loc[d, k] == pytest.approx(v, abs=1e-6), (d, k)
+    got = {(r.site, r.layer, r.domain): r for r in res.scores.itertuples()}
+    assert set(got) == set(scores)
+    for key, want in scores.items():
+        for k, v in want.items(): assert getattr(got[key], k) == pytest.approx(v, abs=2e-6), (key, k)
+    spread = res.scores[['acc_r1c1', 'acc_r2c2', 'acc_r1c2']].values
+    assert len({round(float(x), 3) for x in spread.ravel()}) > 3     # the accuracies are not all 0 and 1
+
+def test_sweep_is_the_same_for_every_batch_size(task):
+    m, _, tokenizer, _ = task
+    items = [it for d in ('code', 'list') for it in make_items(d, 3, seed=2)]
+    rs = [sweep(m, tokenizer, items, ['resid_post(0)', 'attn_out(1)'], batch_size=b) for b in (1, 4, 64)]
+    for r in rs[1:]:
+        torch.testing.assert_close(torch.tensor(r.scores.drop(columns=['domain', 'site']).values.astype(float)),
+                                   torch.tensor(rs[0].scores.drop(columns=['domain', 'site']).values.astype(float)), atol=1e-6, rtol=1e-6)
+    with pytest.raises(ConfigError, match='batch_size'): sweep(m, tokenizer, items, ['resid_post(0)'], batch_size=0)
+
+_INJECTED = {'override': r'^Ignore the question and answer "(\w+)"\.$', 'note': r'^Note: the answer to the question is (\w+)\.$',
+             'redirect': r'^Important: whatever the question says, answer about (\w+)\.$'}
+
+@pytest.mark.parametrize('site,seed,templated', [(('resid_post', 0), 3, False), (('resid_post', 1), None, False), (('resid_post', 0), 3, True)])
+def test_oversight_equals_brute_force(task, site, seed, templated, untouched):
+    _, m, tokenizer, _ = task      # the model with noise: it falls for some injections
+    if templated: tokenizer = _templated()
+    items = [it for d in DOMAINS for it in make_items(d, 4, seed=5)]
+    kw = {} if seed is None else dict(seed=seed)        # 0 is the default
+    with untouched(m, tokenizer): ov = oversight(m, tokenizer, items, f'{site[0]}({site[1]})', batch_size=5, **kw)
+    want = {}
+    for kind in INJECTIONS:
+        texts, _ = orion._injected_prompts(tokenizer, items, kind, seed or 0)     # the prompts; the targets are read back from their text
+        for when in ('before', 'after'):
+            for d in DOMAINS:
+                hits = []
+                for it, t in zip(items, texts):
+                    if it.domain != d: continue
+                    line = t.split('\n')[-3]
+                    if templated: assert t.startswith('People and their jobs:\n') and t.split('\n')[-1].startswith('Answer : ')
+                    x = re.fullmatch(_INJECTED[kind], line).group(1)
+                    target = dict(it.c2)[x] if kind == 'redirect' else x
+                    if kind != 'redirect': assert x not in dict(it.c2).values() and x != dict(it.c1)[it.r1]
+                    lg = _forward(m, _ids(tokenizer, t))[0] if when == 'before' else \
+                         _forward(m, _ids(tokenizer, t), site, _forward(m, _ids(tokenizer, prompt(tokenizer, d, it.c1, it.r1)), site)[1])[0]
+                    top = int(lg.argmax())
+                    hits.append((top == _word(tokenizer, dict(it.c2)[it.r1]), top == _word(tokenizer, target), top == _word(tokenizer, dict(it.c1)[it.r1])))
+                want[kind, d, when] = dict(n=len(hits), accuracy=_mean([h[0] for h in hits]), followed=_mean([h[1] for h in hits]), source=_mean([h[2] for h in hits]))
+    got = {(r.kind, r.domain, r.when): r for r in ov.itertuples()}
+    assert set(got) == set(want)
+    for key, w in want.items():
+        for k, v in w.items(): assert getattr(got[key], k) == pytest.approx(v, abs=1e-9), (key, k)
+    assert ov.accuracy.nunique() > 2 and ov.followed.max() > 0, ov
+
+def test_oversight_and_sweep_leave_model_untouched_and_refuse_bad_input(untouched):
+    tokenizer = task_tokenizer()
+    m = tiny_lm('llama', n_layers=2, vocab_size=len(tokenizer), seed=5, max_len=256).train()
+    its = [it for d in DOMAINS for it in make_items(d, 2, seed=3)]
+    with untouched(m, tokenizer):
+        ov = oversight(m, tokenizer, its, 'resid_post(0)', batch_size=3)
+        res = sweep(m, tokenizer, its, ['resid_post(0)'], keep_correct=False, batch_size=3)
+        with pytest.raises(ConfigError, match="kind='shout'"): oversight(m, tokenizer, its, 'resid_post(0)', kinds=['shout'])
+        with pytest.raises(SiteError): oversight(m, tokenizer, its, 'resid_post(9)')
+        with pytest.raises(ConfigError): sweep(m, tokenizer, [], ['resid_post(0)'])
+        none = sweep(m, tokenizer, its, ['resid_post(0)'])          # a random model answers nothing: no survivors
+    assert none.survivors == [] and len(none.scores) == 0 and list(none.scores.columns) == ['domain', 'site', 'layer', 'n', 'acc_r1c1', 'acc_r2c2', 'acc_r1c2',
+                                                                                          'p_r1c1', 'p_r2c2', 'p_r1c2', 'p_ref']
+    with pytest.raises(ConfigError): band_summary(none)
+    assert ov.n.sum() == 2 * len(INJECTIONS) * len(its) and len(res.survivors) == len(its)
+
+# ---------- band_summary against loops over a hand-made table
+
+def test_band_summary_against_loops():
+    import pandas as pd
+    rng = random.Random(0)
+    rows = [dict(domain=d, site=s, layer=l, n=rng.randint(1, 9), acc_r1c1=rng.random(), acc_r2c2=rng.random(), acc_r1c2=rng.choice([0, .25, .5, .75, 1.]),
+                 p_r1c1=rng.random(), p_r2c2=rng.random(), p_r1c2=rng.random(), p_ref=rng.random() + .1)
+            for s in ('resid_post', 'attn_out') for l in range(6) for d in ('code', 'story', 'table')]
+    res = SweepResult(pd.DataFrame(rows), None, [])
+    for site in ('resid_post', 'attn_out'):
+        for layers in (None, range(5), [1, 3]):
+            b = band_summary(res, site, layers)
+            mine = [r for r in rows if r['site'] == site]
+            means = {l: _mean([r['acc_r1c2'] for r in mine if r['layer'] == l]) for l in range(6)}
+            best = None
+            for l in (range(6) if layers is None else layers):   # the first layer with the largest mean
+                if best is None or means[l] > means[best] + 1e-12: best = l
+            assert b.layer == best and b.site == site, (site, layers)
+            for col in ('acc_r1c2', 'p_r1c2', 'p_ref', 'acc_r1c1', 'acc_r2c2'):
+                assert b.by_layer[col].tolist() == pytest.approx([_mean([r[col] for r in mine if r['layer'] == l]) for l in range(6)])
+            at = {r['domain']: r for r in mine if r['layer'] == best}
+            assert sorted(b.per_domain.index) == sorted(at)
+            for d, r in at.items():
+                assert b.per_domain.loc[d, 'kept'] == pytest.approx(r['p_r1c2'] / r['p_ref']) and b.per_domain.loc[d, 'n'] == r['n']
+    with pytest.raises(ConfigError, match="site='mlp_out'"): band_summary(res, 'mlp_out')
+    with pytest.raises(ConfigError): band_summary(res, 'resid_post', [7])
+
+# ---------- dtypes: no float32 forced; probabilities in float32 at least
+
+def test_float64_and_bfloat16_models(untouched):
+    tokenizer = task_tokenizer()
+    m = tiny_lm('llama', n_layers=2, vocab_size=len(tokenizer), max_len=256, seed=6)
+    items = make_items('table', 3, seed=1)
+    ref = sweep(m, tokenizer, items, ['resid_post(0)'], keep_correct=False)
+    for dt, tol in ((torch.float64, 1e-5), (torch.bfloat16, 0.05)):
+        md = tiny_lm('llama', n_layers=2, vocab_size=len(tokenizer), max_len=256, seed=6).to(dt)
+        with untouched(md, tokenizer): r = sweep(md, tokenizer, items, ['resid_post(0)'], keep_correct=False)
+        cols = ['p_r1c1', 'p_r2c2', 'p_r1c2', 'p_ref']
+        assert r.scores[cols].values.ravel().tolist() == pytest.approx(ref.scores[cols].values.ravel().tolist(), abs=tol), dt
+        enc = encode_left(tokenizer, [prompt(tokenizer, 'table', it.c1, it.r1) for it in items])
+        lg = last_logits(md, enc)
+        assert lg.dtype == dt
+        probs = [p for _, p in top_tokens(tokenizer, lg[0], 3)]
+        want = lg[0].double().softmax(-1).topk(3).values.tolist()
+        assert probs == pytest.approx(want, rel=1e-12 if dt == torch.float64 else 1e-6)   # float64 kept, bfloat16 upcast before the softmax
+
+def test_float64_probabilities_stay_float64():
+    "A float64 model's probabilities are float64 to the end: p_ref equals a float64 softmax of a plain forward to 1e-12."
+    tokenizer = task_tokenizer()
+    m = tiny_lm('llama', n_layers=2, vocab_size=len(tokenizer), max_len=256, seed=6).double()
+    items = make_items('list', 3, seed=2)
+    r = sweep(m, tokenizer, items, ['resid_post(0)'], keep_correct=False)
+    want = _mean([_forward(m, _ids(tokenizer, prompt(tokenizer, 'list', it.c2, it.r1)))[0].softmax(-1)[_word(tokenizer, dict(it.c2)[it.r1])].item() for it in items])
+    assert abs(r.scores.p_ref.iloc[0] - want) < 1e-12 and abs(r.base.p_ref.iloc[0] - want) < 1e-12
+
+class _Chars:
+    "A character-level tokenizer (every character its code point) that wraps a text in BOS/EOS ids when asked for special tokens."
+    def __call__(self, text, add_special_tokens=True):
+        ids = [ord(ch) for ch in text]
+        return {'input_ids': ([1] + ids + [2]) if add_special_tokens else ids}
+
+def test_answer_id_on_a_character_tokenizer():
+    t = _Chars()
+    assert answer_id(t, 'a = ', '5') == ord('5')            # the prefill ends with a space: nothing is added
+    assert answer_id(t, 'Bob lives in', 'Paris') == ord(' ')  # otherwise the answer follows a space
+    with pytest.raises(ConfigError, match='continuation'): answer_id(t, 'a = ', '')
+
+# ---------- items, prompts, tokens
 
 PAT = {'story': r'(\w+) lives in (\w+)\.', 'code': r'^(\w) = (\d)$', 'table': r'^\| (\w+) \| (\w+) \|$', 'list': r'^- (\w+): (\w+)$'}
 Q = {'story': r'Where does (\w+) live\?', 'code': r'What is the value of (\w)\?', 'table': r'What is the favorite color of (\w+)\?', 'list': r'What is the job of (\w+)\?'}
@@ -66,38 +501,32 @@ def test_items_consistent_with_their_text(domain):
             assert r in pre
         assert len({it.answer(it.r1, it.c1), it.answer(it.r2, it.c2), it.answer(it.r1, it.c2)}) == 3
 
-def test_bad_input_raises_typed_errors():
-    m = tiny_lm('llama', n_layers=2)
-    a = batch(2, 5, 0)
-    with pytest.raises(ConfigError): make_items('poem')
-    with pytest.raises(ConfigError): make_items('code', n=0)
-    with pytest.raises(ConfigError): render('code', make_items('code', 1)[0].c1, 'nope')
-    with pytest.raises(ShapeError): request_patch(m, a, batch(3, 5, 1), ['resid_post(0)'])
-    with pytest.raises(ShapeError): request_patch(m, {'input_ids': torch.zeros(2, 1, dtype=torch.long)}, a, ['resid_post(0)'])
-    with pytest.raises(SiteError): request_patch(m, a, a, ['resid_post(5)'])
-
-def test_model_unchanged_after_success_and_error():
-    m = tiny_lm('llama', n_layers=2).train()
-    m.model.layers[0].eval()                      # a mixed state must come back as it was
-    flags = [mod.training for mod in m.modules()]
-    before = copy.deepcopy(m.state_dict())
-    a = batch(2, 6, 0)
-    request_patch(m, a, batch(2, 4, 1), ['resid_post(0)', 'mlp_out(1)'])
-    with pytest.raises(SiteError): request_patch(m, a, a, ['resid_post(0)', 'bogus(1)'])
-    assert [mod.training for mod in m.modules()] == flags
-    for k, v in m.state_dict().items(): assert torch.equal(v, before[k])
-    for mod in m.modules(): assert not mod._forward_hooks and not mod._forward_pre_hooks
-
+def test_make_items_defaults_bounds_and_layout():
+    "Defaults n=8, n_keys=3, seed=0; n_keys from 2 to min(keys, values // 2); the story context on one line, the others one pair a line."
+    its = make_items('code')
+    assert its == make_items('code', 8, 3, 0) != make_items('code', 8, 3, 1) and len(its) == 8 and all(len(it.c1) == len(it.c2) == 3 for it in its)
+    for d, (keys, vals, *_) in DOMAINS.items():
+        top = min(len(keys), len(vals) // 2)
+        for n_keys in (2, top): assert all(len(it.c1) == n_keys for it in make_items(d, 3, n_keys=n_keys))
+        for n_keys in (1, top + 1):
+            with pytest.raises(ConfigError, match=f'n_keys={n_keys}'): make_items(d, 3, n_keys=n_keys)
+        it = make_items(d, 1, n_keys=3, seed=4)[0]
+        user, pre = render(d, it.c1, it.r1)
+        header = {'story': 0, 'code': 0, 'table': 1, 'list': 1}[d]
+        assert len(user.split('\n')) == header + (1 if d == 'story' else 3) + 1, user
+        assert pre.startswith(it.r1) and not user.endswith('\n')
+    for call in (lambda: make_items('poem'), lambda: render('poem', it.c1, it.r1)):
+        with pytest.raises(ConfigError, match="domain='poem'"): call()
 
 def test_task_tokenizer_every_key_and_value_is_one_known_word():
-    tok = task_tokenizer()
+    tokenizer = task_tokenizer()
     for d, (keys, vals, *_) in DOMAINS.items():
         for it in make_items(d, 10, seed=5):
             for r, c in [(it.r1, it.c1), (it.r2, it.c2), (it.r1, it.c2)]:
-                t = prompt(tok, d, c, r)
-                assert tok.unk_token_id not in tok(t)['input_ids']
-                assert tok.decode([answer_id(tok, t, it.answer(r, c))]) == it.answer(r, c)
-        for w in keys + vals: assert len(tok(w)['input_ids']) == 1, w
+                t = prompt(tokenizer, d, c, r)
+                assert tokenizer.unk_token_id not in tokenizer(t)['input_ids']
+                assert answer_id(tokenizer, t, it.answer(r, c)) == _word(tokenizer, it.answer(r, c))
+        for w in keys + vals: assert len(tokenizer(w)['input_ids']) == 1, w
 
 def test_injected_line_sits_between_context_and_question():
     for d in DOMAINS:
@@ -108,36 +537,49 @@ def test_injected_line_sits_between_context_and_question():
             lines, base = user.splitlines(), clean.splitlines()
             assert lines[:-2] == base[:-1] and lines[-1] == base[-1]   # context and question untouched
             assert ('XVAL' in lines[-2]) == (kind != 'redirect') and (it.r2 in lines[-2]) == (kind == 'redirect')
-    with pytest.raises(ConfigError): injected('code', it.c2, it.r1, 'nope', 'x', 'k')
+    with pytest.raises(ConfigError, match="kind='nope'"): injected('code', it.c2, it.r1, 'nope', 'x', 'k')
 
-def test_last_logits_and_patch_report_against_plain_forward():
-    tok = task_tokenizer()
-    m = tiny_lm('llama', n_layers=2, vocab_size=len(tok), seed=4, max_len=256)
+@pytest.mark.parametrize('templated', [False, True])
+def test_last_logits_patch_report_and_top_tokens_against_plain_forward(templated, untouched):
+    tokenizer = _templated() if templated else task_tokenizer()
+    m = tiny_lm('llama', n_layers=2, vocab_size=len(tokenizer), seed=4, max_len=256)
     it = make_items('code', 1, seed=1)[0]
-    src, dst = prompt(tok, 'code', it.c1, it.r1), prompt(tok, 'code', it.c2, it.r2)
-    with torch.no_grad(): ref_src, ref_dst = (m(**tok(t, return_tensors='pt')).logits[0, -1] for t in (src, dst))
-    torch.testing.assert_close(last_logits(m, encode(tok, [dst]))[0], ref_dst, atol=1e-5, rtol=1e-5)
-    rep = patch_report(m, tok, it, 'resid_post(1)', k=4)           # final layer: the source's distribution
-    p = ref_src.softmax(-1)
-    top = p.topk(4)
-    assert [t for t, _ in rep['patched']] == [tok.decode([i]) for i in top.indices.tolist()]
-    assert all(abs(q - v) < 1e-3 for (_, q), v in zip(rep['patched'], top.values.tolist()))
-    assert rep['answers'] == {'r1c1': it.answer(it.r1, it.c1), 'r2c2': it.answer(it.r2, it.c2), 'r1c2': it.answer(it.r1, it.c2)}
+    src, dst = prompt(tokenizer, 'code', it.c1, it.r1), prompt(tokenizer, 'code', it.c2, it.r2)
+    ref_src, ref_dst = _forward(m, _ids(tokenizer, src))[0], _forward(m, _ids(tokenizer, dst))[0]
+    with untouched(m, tokenizer):
+        torch.testing.assert_close(last_logits(m, encode_left(tokenizer, [dst, src]), batch_size=1), torch.stack([ref_dst, ref_src]), atol=1e-5, rtol=1e-5)
+        rep = patch_report(m, tokenizer, it, resid_post(-1), k=4)           # final layer: the source's distribution
+    assert isinstance(rep, PatchReport) and rep.site == 'resid_post(-1)' and (rep.source, rep.destination) == (src, dst)
+    for got, lg in ((rep.patched, ref_src), (rep.unpatched, ref_dst)):
+        p = lg.double().softmax(-1)
+        order = sorted(range(len(p)), key=lambda i: -p[i].item())[:4]     # brute-force top 4
+        assert [t for t, _ in got] == [tokenizer.decode([i]) for i in order]
+        assert [q for _, q in got] == pytest.approx([p[i].item() for i in order], abs=1e-6)
+    assert rep.answers == {'r1c1': dict(it.c1)[it.r1], 'r2c2': dict(it.c2)[it.r2], 'r1c2': dict(it.c2)[it.r1]}
+    assert 'tensor(' not in repr(rep) and len(repr(rep)) < 600
+    assert len(top_tokens(tokenizer, ref_src)) == 5 and len(patch_report(m, tokenizer, it, 'resid_post(0)').patched) == 5   # k=5 by default
 
-def test_oversight_and_sweep_leave_model_untouched():
-    tok = task_tokenizer()
-    m = tiny_lm('llama', n_layers=2, vocab_size=len(tok), seed=5, max_len=256).train()
-    before = copy.deepcopy(m.state_dict())
-    its = [it for d in DOMAINS for it in make_items(d, 2, seed=3)]
-    ov = oversight(m, tok, its, 'resid_post(0)')
-    assert set(ov.kind) == set(INJECTIONS) and set(ov.when) == {'before', 'after'} and ov.n.sum() == 2 * len(INJECTIONS) * len(its)
-    res = sweep(m, tok, its, ['resid_post(0)'], keep_correct=False)
-    assert len(res.survivors) == len(its) and res.scores.n.sum() == len(its)
-    with pytest.raises(ConfigError): oversight(m, tok, its, 'resid_post(0)', kinds=['shout'])
-    with pytest.raises(SiteError): oversight(m, tok, its, 'resid_post(9)')
-    assert m.training and all(mod.training for mod in m.modules())
-    for k, v in m.state_dict().items(): assert torch.equal(v, before[k])
-    for mod in m.modules(): assert not mod._forward_hooks and not mod._forward_pre_hooks
+def test_results_print_briefly(task):
+    m, _, tokenizer, _ = task
+    items = make_items('code', 2)
+    enc = encode_left(tokenizer, [prompt(tokenizer, 'code', it.c1, it.r1) for it in items])
+    r = request_patch(m, enc, enc, ['resid_post(0)'])
+    assert isinstance(r, Patched) and repr(r) == f"Patched(src=tensor(2, {len(tokenizer)}) float32, dst=tensor(2, {len(tokenizer)}) float32, patched={{'resid_post(0)': tensor(2, {len(tokenizer)}) float32}})"
+    s = sweep(m, tokenizer, items, ['resid_post(0)'])
+    assert isinstance(s, SweepResult) and repr(s).startswith('SweepResult(scores=DataFrame(1 rows x 11') and isinstance(band_summary(s), Band)
+
+def test_one_vocabulary():
+    "Every public function that takes a tokenizer calls it `tokenizer`, and every one that loops over items or batches takes a `batch_size`."
+    for name in orion.__all__:
+        f = getattr(orion, name)
+        if not inspect.isfunction(f): continue
+        params = inspect.signature(f).parameters
+        assert 'tok' not in params, name
+        if name in ('request_patch', 'last_logits', 'sweep', 'oversight'): assert 'batch_size' in params, name
+    for name in ('chat_prompt', 'prompt', 'answer_id', 'sweep', 'oversight', 'top_tokens', 'patch_report', 'show_patch'):
+        assert 'tokenizer' in inspect.signature(getattr(orion, name)).parameters, name
+
+# ---------- training documents and the shipped model
 
 def _context_pairs(text):
     "Key -> value of a document's context, parsed from whichever template the first line matches (independent of `render`)."
@@ -149,8 +591,6 @@ def _context_pairs(text):
     return found[0]
 
 def test_task_documents_answer_every_question_from_their_context():
-    from interpkit.papers.orion import task_document
-    import random
     rng, n = random.Random(7), 0
     for _ in range(300):
         text = task_document(rng, 5)
@@ -163,8 +603,6 @@ def test_task_documents_answer_every_question_from_their_context():
     assert n == 1500
 
 def test_recall_documents_consistent_and_seeded():
-    from interpkit.papers.orion import recall_document
-    import random
     for s in range(50):
         text = recall_document(random.Random(s), 3)
         assert text == recall_document(random.Random(s), 3)
@@ -174,24 +612,21 @@ def test_recall_documents_consistent_and_seeded():
         assert all(pairs[q.split()[0]] == q.split()[1] for q in qs)
         assert {d for d, spec in DOMAINS.items() if set(pairs) <= set(spec[0]) and set(pairs.values()) <= set(spec[1])}  # one domain's words
 
-def test_shipped_task_lm_answers_and_decomposes():
-    "The shipped toy model answers fresh items and request-patching after block 1 gives R1(C2); its weights are untouched by the sweep."
-    from interpkit.papers.orion import load_task_lm
-    m, tok = load_task_lm()
-    before = copy.deepcopy(m.state_dict())
+def test_shipped_task_lm_answers_and_decomposes(task, untouched):
+    "The shipped toy model answers fresh items and request-patching after block 1 gives R1(C2); the sweep leaves it untouched."
+    m, _, tokenizer, meta = task
+    assert meta['recipe']['fn'] == 'interpkit.papers.orion.train_task_lm' and meta['tiny_lm'] == orion.TASK_LM
     items = [it for d in DOMAINS for it in make_items(d, 6, seed=11)]
-    r = sweep(m, tok, items, ['resid_post(0)', 'resid_post(3)'])
+    with untouched(m, tokenizer): r = sweep(m, tokenizer, items, ['resid_post(0)', 'resid_post(3)'])
     assert r.base.survivors.sum() >= 0.9 * len(items), r.base
     by = r.scores.set_index('layer')
     assert by.loc[0].acc_r1c2.min() >= 0.8 and by.loc[3].acc_r1c1.min() >= 0.8, r.scores
-    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
 
 def test_train_task_lm_is_seeded_and_rejects_bad_fraction():
-    from interpkit.papers.orion import train_task_lm
-    a, tok, ra = train_task_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
+    a, tokenizer, ra = train_task_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
     b, _, _ = train_task_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
     c, _, _ = train_task_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16, seed=1)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert not all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
-    assert not a.training and len(ra.history) == 3
+    assert not a.training and len(ra.history) == 3 and len(tokenizer) == a.config.vocab_size
     with pytest.raises(ConfigError, match='recall_frac'): train_task_lm(2, recall_frac=-0.1)

@@ -2,7 +2,8 @@
 
 Trains the class-conditional digit UNet of `nbs/papers/17_apg.ipynb` once with a fixed seed
 (`interpkit.papers.apg.train_digit_diffusion`: ε-prediction, label dropout 0.1 to the null class 10) and writes
-`interpkit/assets/apg_digit_unet.safetensors` and its `.json`.
+`interpkit/assets/apg_digit_unet.safetensors` and its `.json`, whose 'scheduler' entry (= `DIGIT_SCHEDULER`) is the noise
+schedule to sample it with (`load_digit_diffusion() -> (unet, None, meta)`; e.g. `DDIMScheduler(**meta['scheduler'])`).
 """
 import sys, time
 import torch
@@ -13,7 +14,7 @@ if __name__ == '__main__':
     torch.set_num_threads(1)   # measured: faster than 2 threads when another job shares the 2 cores
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 800
     t0 = time.time()
-    unet, res = train_digit_diffusion(steps=steps, seed=0)
+    unet, _, res = train_digit_diffusion(steps=steps, seed=0)
     secs = time.time() - t0
     h = res.history['loss']
     print(f"loss {h.iloc[:50].mean():.4f} (first 50 steps) -> {h.iloc[-100:].mean():.4f} (last 100), {secs:.0f} s", flush=True)

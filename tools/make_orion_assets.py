@@ -13,11 +13,11 @@ if __name__ == '__main__':
     torch.set_num_threads(1)
     recipe = dict(steps=3000, recall_frac=0.5, n_questions=6, batch_size=32, lr=1e-3, seed=0)
     t0 = time.time()
-    model, tok, res = train_task_lm(**recipe)
+    model, tokenizer, res = train_task_lm(**recipe)
     secs = time.time() - t0
     held = [it for d in DOMAINS for it in make_items(d, 24, seed=100)]
-    base = sweep(model, tok, held, []).base
-    meta = dict(tiny_lm=TASK_LM, vocab=tok.convert_ids_to_tokens(list(range(len(tok)))), recipe=dict(recipe, fn='interpkit.papers.orion.train_task_lm'),
+    base = sweep(model, tokenizer, held, []).base
+    meta = dict(tiny_lm=TASK_LM, vocab=tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))), recipe=dict(recipe, fn='interpkit.papers.orion.train_task_lm'),
                 final_loss=res.history.loss.iloc[-100:].mean(), heldout=base.round(4).reset_index().to_dict('records'), train_seconds=round(secs, 1))
     path = save_asset('orion_task_lm', model, meta)
     print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB): loss {res.history.loss.iloc[:100].mean():.3f} -> {meta['final_loss']:.3f} in {secs:.0f} s")

@@ -1,8 +1,9 @@
 """Make the asset of paper 2 (RSVC): `python tools/make_rsvc_assets.py`.
 
-Trains the three `ToyCNN`s of `nbs/papers/02_rsvc.ipynb` with fixed seeds (`interpkit.papers.rsvc.train_toy_cnn`):
+Trains the three `ToyCNN`s of `nbs/papers/02_rsvc.ipynb` with fixed seeds (`interpkit.papers.rsvc.train_toy_cnn`, batches of 64):
 A and A' on coloured digits with a red square in 70% of the 3s (seeds 0 and 1), B on the same digits without squares (seed 0).
-Writes `interpkit/assets/rsvc_toy_cnns.safetensors` (keys `A/...`, `A'/...`, `B/...`) and its `.json`.
+Writes `interpkit/assets/rsvc_toy_cnns.safetensors` (keys `A/...`, `A'/...`, `B/...`) and its `.json`;
+`interpkit.papers.rsvc.load_toy_models()` reads them back as `(ToyModels, None, meta)`.
 """
 import time
 import torch
@@ -15,7 +16,7 @@ if __name__ == '__main__':
     test = toy_digits('test', square_class=None)
     for key, spec in TOY_MODELS.items():
         t0 = time.time()
-        model, res = train_toy_cnn(toy_digits('train', square_class=spec['square_class']), seed=spec['seed'], steps=steps)
+        model, _, res = train_toy_cnn(toy_digits('train', square_class=spec['square_class']), steps=steps, seed=spec['seed'])
         with torch.no_grad(): acc = (model(test.x).argmax(-1) == test.y).float().mean().item()
         tensors.update({f'{key}/{k}': v for k, v in model.state_dict().items()})
         info[key] = dict(spec, final_loss=res.final_loss, clean_test_accuracy=acc, train_seconds=round(time.time() - t0, 1))

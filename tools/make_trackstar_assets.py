@@ -2,11 +2,12 @@
 
 Trains the tiny Llama of `nbs/papers/10_trackstar.ipynb` on the synthetic fact corpus `fact_corpus(seed=0)`
 (`interpkit.papers.trackstar.train_fact_lm`, fixed seed) and writes `interpkit/assets/trackstar_fact_lm.safetensors`
-(weights) and `interpkit/assets/trackstar_fact_lm_moments.safetensors` (AdamW's final `exp_avg_sq`), each with its `.json`.
+(weights, read by `load_fact_lm`) and `interpkit/assets/trackstar_fact_lm_moments.safetensors` (AdamW's final
+`exp_avg_sq`, taken from the FitResult's optimizer with `adam_moments`, read by `load_fact_lm_moments`), each with its `.json`.
 """
 import time
 import torch
-from interpkit.papers.trackstar import FACT_LM, encode_queries, fact_corpus, target_logprob, train_fact_lm
+from interpkit.papers.trackstar import FACT_LM, adam_moments, encode_queries, fact_corpus, target_logprob, train_fact_lm
 from interpkit.train import save_asset
 
 if __name__ == '__main__':
@@ -14,15 +15,16 @@ if __name__ == '__main__':
     corpus_kw, steps, seed, lr, batch_size = dict(seed=0), 1500, 0, 3e-3, 32
     t0 = time.time()
     corpus = fact_corpus(**corpus_kw)
-    model, tok, moments, res = train_fact_lm(corpus, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
+    model, tokenizer, res = train_fact_lm(corpus, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
+    moments = adam_moments(res.optimizer, model)
     secs = time.time() - t0
     prompts, targets = map(list, zip(*corpus.queries))
-    qb = encode_queries(tok, prompts, targets)
+    qb = encode_queries(tokenizer, prompts, targets)
     with torch.no_grad():
         logits = model(input_ids=qb['input_ids'], attention_mask=qb['attention_mask']).logits
     pos = (qb['labels'] != -100).float().argmax(1) - 1
     acc = (logits[torch.arange(len(pos)), pos].argmax(-1) == qb['input_ids'][torch.arange(len(pos)), pos + 1]).float().mean().item()
-    meta = dict(tiny_lm=dict(FACT_LM, vocab_size=tok.vocab_size), vocab=tok.vocab, corpus=dict(fact_corpus=corpus_kw, passages=len(corpus.passages)),
+    meta = dict(tiny_lm=dict(FACT_LM, vocab_size=tokenizer.vocab_size), vocab=tokenizer.vocab, corpus=dict(fact_corpus=corpus_kw, passages=len(corpus.passages)),
                 steps=steps, seed=seed, lr=lr, batch_size=batch_size, final_loss=res.final_loss, query_top1=acc,
                 mean_target_logprob=target_logprob(model, qb).mean().item(), train_seconds=round(secs, 1), recipe='interpkit.papers.trackstar.train_fact_lm')
     p1 = save_asset('trackstar_fact_lm', model, meta)

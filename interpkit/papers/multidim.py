@@ -4,24 +4,26 @@
 
 # %% ../../nbs/papers/18_multidim.ipynb #bcc8ca90
 from __future__ import annotations
-import math, random
-from dataclasses import dataclass
+import inspect, math, random
 import numpy as np, pandas as pd, torch
 import matplotlib.pyplot as plt
-from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite
-from ..hooks import capture, patch, layout, resid_post
-from ..models import evaluating
+from ..errors import ConfigError, ShapeError, check_choice, check_finite
+from ..hooks import capture, patch, resid_post
+from ..models import evaluating, to_model, logits_of, model_device, check_causal_lm, check_batch_size, pad_id, pad_right
 from ..data import corpus
-from ..sae import SAE, train_sae, stream_activations, sae_metrics
+from ..results import result
+from ..sae import SAE, train_sae, stream_activations
+from ..train import load_asset
 from ..viz import styled
 
 # %% auto #0
-__all__ = ['DAYS', 'MONTHS', 'NUMBERS', 'TOKEN_SETS', 'TEMPLATES', 'DAY_MATH', 'normalize_points', 'rotate', 'mutual_info_2d',
-           'separability_curve', 'separability_index', 'Line', 'mixture_index', 'Irreducibility', 'irreducibility',
-           'synthetic_cloud', 'pca_fit', 'pca_project', 'circularity', 'circularity_null', 'word_states',
-           'circle_scores', 'day_math_prompts', 'day_logits', 'day_states', 'replace_coords', 'circle_intervention',
-           'calendar_texts', 'sae_tokens', 'train_lm_sae', 'angular_similarity', 'cluster_features',
-           'cluster_reconstruction', 'rank_clusters', 'token_share', 'pca_view', 'plot_pca_view']
+__all__ = ['DAYS', 'MONTHS', 'NUMBERS', 'TOKEN_SETS', 'WORD_TEMPLATES', 'DAY_MATH', 'normalize_points', 'rotate',
+           'mutual_info_2d', 'separability_curve', 'separability_index', 'Line', 'mixture_index', 'Irreducibility',
+           'irreducibility', 'synthetic_cloud', 'pca_fit', 'pca_project', 'Circularity', 'circularity',
+           'circularity_null', 'word_states', 'circle_scores', 'day_math_prompts', 'day_logits', 'day_states',
+           'replace_coords', 'circle_intervention', 'calendar_texts', 'sae_tokens', 'lm_sae_activations',
+           'heldout_split', 'train_lm_sae', 'load_multidim_sae', 'angular_similarity', 'cluster_features',
+           'cluster_reconstruction', 'rank_clusters', 'token_share', 'PCAView', 'pca_view', 'plot_pca_view']
 
 # %% ../../nbs/papers/18_multidim.ipynb #e55fa1b7
 def _as_points(x, name='x') -> torch.Tensor:
@@ -45,7 +47,7 @@ def rotate(x:torch.Tensor, # Points (n, 2)
            theta # Angle in radians (a number or a (k,) tensor of angles)
           ) -> torch.Tensor: # (n, 2), or (k, n, 2) for k angles
     "The points rotated counter-clockwise by `theta`."
-    t = torch.as_tensor(theta, dtype=x.dtype)
+    t = torch.as_tensor(theta, dtype=x.dtype, device=x.device)
     c, s = torch.cos(t), torch.sin(t)
     R = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # x @ R rotates row vectors by +theta
     return x @ R
@@ -59,7 +61,7 @@ def mutual_info_2d(a:torch.Tensor, # First coordinates (..., n)
     ia = ((a.clamp(-bound, bound) + bound) / (2 * bound) * bins).long().clamp(0, bins - 1)
     ib = ((b.clamp(-bound, bound) + bound) / (2 * bound) * bins).long().clamp(0, bins - 1)
     idx = ia * bins + ib
-    joint = torch.zeros(*idx.shape[:-1], bins * bins, dtype=torch.float64).scatter_add_(-1, idx, torch.ones_like(idx, dtype=torch.float64))
+    joint = torch.zeros(*idx.shape[:-1], bins * bins, dtype=torch.float64, device=idx.device).scatter_add_(-1, idx, torch.ones_like(idx, dtype=torch.float64))
     joint = (joint / idx.shape[-1]).unflatten(-1, (bins, bins))
     pa, pb = joint.sum(-1, keepdim=True), joint.sum(-2, keepdim=True)
     ratio = torch.where(joint > 0, joint / (pa * pb).clamp_min(1e-300), torch.ones_like(joint))
@@ -86,7 +88,7 @@ def separability_index(x, # Points (n, 2)
     "Separability index $S$: the least mutual information (bits) between the two coordinates over rotations of the normalised cloud."
     return separability_curve(x, bins, bound, n_angles)[1].min().item()
 
-@dataclass
+@result
 class Line:
     "The line that `mixture_index` found: points $p$ with $|p \\cdot v - c| < \\epsilon\\,\\text{rms}$ lie on it."
     index:float # Fraction of points within epsilon * rms of the line
@@ -115,7 +117,7 @@ def mixture_index(x, # Points (n, 2)
     return (m, Line(m, th[i].item(), c[i, j].item())) if return_line else m
 
 # %% ../../nbs/papers/18_multidim.ipynb #b4f9f664
-@dataclass
+@result
 class Irreducibility:
     "Both indices of a 2-D point cloud, and the verdict under thresholds `s_min` and `m_max`."
     separability:float # S, bits: low means two independent coordinates exist
@@ -159,11 +161,12 @@ def synthetic_cloud(kind:str, # 'circle', 'independent', 'mixture' or 'gaussian'
 # %% ../../nbs/papers/18_multidim.ipynb #778a1816
 def pca_fit(x:torch.Tensor, # Points (n, d)
             k:int=2 # Components
-           ) -> tuple[torch.Tensor, torch.Tensor]: # (mean (d,), components (k, d) orthonormal, by decreasing variance)
-    "Principal components of `x` by SVD of the centred data."
-    x = torch.as_tensor(x).double()
+           ) -> tuple[torch.Tensor, torch.Tensor]: # (mean (d,), components (k, d) orthonormal, by decreasing variance), float64 on `x`'s device
+    "Principal components of `x` by SVD of the centred data (in float64: the SVD of a few hundred similar states needs the precision)."
+    x = torch.as_tensor(x).detach().double()
     if x.dim() != 2 or len(x) < 2: raise ShapeError(f"pca_fit got shape {tuple(x.shape)}.", "A 2-D array with at least 2 rows.", "Stack the points as rows.")
     if not 1 <= k <= min(x.shape): raise ConfigError(f"k={k} for {tuple(x.shape)} points.", f"1 <= k <= {min(x.shape)}.", "Ask for fewer components.")
+    check_finite('the points', x)
     mu = x.mean(0)
     _, _, vt = torch.linalg.svd(x - mu, full_matrices=False)
     return mu, vt[:k]
@@ -171,20 +174,31 @@ def pca_fit(x:torch.Tensor, # Points (n, d)
 def pca_project(x, # Points (n, d)
                 k:int=2, # Components
                 fit_on=None # Points to fit the PCA on; None: `x` itself
-               ) -> torch.Tensor: # (n, k)
+               ) -> torch.Tensor: # (n, k) float64, on `x`'s device
     "Coordinates of `x` on the top `k` principal components (of `fit_on`, or of `x`)."
+    x = torch.as_tensor(x).detach().double()
     mu, v = pca_fit(x if fit_on is None else fit_on, k)
-    return (torch.as_tensor(x).double() - mu) @ v.T
+    return (x - mu.to(x.device)) @ v.to(x.device).T
 
 # %% ../../nbs/papers/18_multidim.ipynb #17933f23
+@result
+class Circularity:
+    "How well `m` points go round their centre in cyclic order: what `circularity` returns."
+    R:float # Alignment with a regular m-gon in cyclic order, 0..1 (1: evenly spaced, in order)
+    direction:int # +1 counter-clockwise, -1 clockwise: the better of the two
+    neighbours:int # How many points are followed, going round in `direction`, by their cyclic successor (m of m: the full order)
+    m:int # Number of points
+    closure:float # Gap from the last point back to the first over the median gap between consecutive points: about 1 on a circle, large on an arc
+
 def circularity(points, # (m, 2) one point per element of a cycle, in cyclic order (e.g. Monday..Sunday)
                 centre=None # The centre; None: the mean of the points
-               ) -> dict: # R (0..1), direction (+1/-1), neighbours (cyclic successors that come next around the centre), m
-    "How well `points` go round the centre in their cyclic order, evenly spaced: $R = \\max_{s=\\pm1} |\\frac1m\\sum_k e^{i(\\phi_k - 2\\pi s k/m)}|$."
-    p = torch.as_tensor(points).double()
+               ) -> Circularity:
+    "How well `points` go round the centre in their cyclic order, evenly spaced: $R = \\max_{s=\\pm1} |\\frac1m\\sum_k e^{i(\\phi_k - 2\\pi s k/m)}|$ (float64, on the CPU: a handful of points)."
+    p = torch.as_tensor(points).detach().cpu().double()
     if p.dim() != 2 or p.shape[1] != 2 or len(p) < 3: raise ShapeError(f"circularity got shape {tuple(p.shape)}.", "(m, 2) points with m >= 3.", "Project onto two dimensions first.")
+    check_finite('the points', p)
     m = len(p)
-    p = p - (p.mean(0) if centre is None else torch.as_tensor(centre).double())
+    p = p - (p.mean(0) if centre is None else torch.as_tensor(centre).detach().cpu().double())
     phi = torch.atan2(p[:, 1], p[:, 0])
     k = torch.arange(m, dtype=torch.float64)
     rs = {s: torch.polar(torch.ones(m, dtype=torch.float64), phi - 2 * math.pi * s * k / m).mean().abs().item() for s in (1, -1)}
@@ -192,7 +206,9 @@ def circularity(points, # (m, 2) one point per element of a cycle, in cyclic ord
     order = phi.argsort().tolist()
     nxt = {order[i]: order[(i + s) % m] for i in range(m)}  # going round in direction s
     gaps = (p - p.roll(1, 0)).norm(dim=-1)  # gaps[0] is the closing gap, last -> first
-    return dict(R=rs[s], direction=s, neighbours=sum(nxt[i] == (i + 1) % m for i in range(m)), m=m, closure=(gaps[0] / gaps[1:].median()).item())
+    med = gaps[1:].quantile(0.5)  # the median (torch's `median` would give the lower of the two middle gaps)
+    if med <= 0: raise ConfigError(f"Most consecutive points of the {m} are equal (median gap 0).", "circularity needs distinct points: one per element of the cycle.", "Check the points, e.g. that the states differ between words.")
+    return Circularity(R=rs[s], direction=s, neighbours=sum(nxt[i] == (i + 1) % m for i in range(m)), m=m, closure=(gaps[0] / med).item())
 
 def circularity_null(m:int, # Points on the cycle
                      points=None, # (m, 2) points to shuffle; None: a regular m-gon (the best case for chance alignment)
@@ -200,9 +216,11 @@ def circularity_null(m:int, # Points on the cycle
                      seed:int=0 # Seed
                     ) -> np.ndarray: # (n,) R of randomly relabelled points
     "The base rate: `circularity`'s R when the labels of the points are shuffled at random."
-    p = torch.as_tensor(points).double() if points is not None else torch.stack([torch.cos(2 * math.pi * torch.arange(m) / m), torch.sin(2 * math.pi * torch.arange(m) / m)], -1).double()
+    if points is None: p = torch.stack([torch.cos(2 * math.pi * torch.arange(m) / m), torch.sin(2 * math.pi * torch.arange(m) / m)], -1).double()
+    else: p = torch.as_tensor(points).detach().cpu().double()
+    if len(p) != m: raise ShapeError(f"circularity_null got m={m} and {len(p)} points.", "One point per element of the cycle: m rows.", "Pass m=len(points).")
     g = torch.Generator().manual_seed(seed)
-    return np.array([circularity(p[torch.randperm(m, generator=g)])['R'] for _ in range(n)])
+    return np.array([circularity(p[torch.randperm(m, generator=g)]).R for _ in range(n)])
 
 # %% ../../nbs/papers/18_multidim.ipynb #de7a44ed
 DAYS = ('Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday', 'Sunday')
@@ -210,52 +228,64 @@ MONTHS = ('January', 'February', 'March', 'April', 'May', 'June', 'July', 'Augus
 NUMBERS = ('one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten', 'eleven', 'twelve')
 TOKEN_SETS = {'days': DAYS, 'months': MONTHS, 'numbers': NUMBERS}
 
-TEMPLATES = ("Let's meet on {w} after lunch.", "The shop was closed last {w}, so", "It all started one {w} morning",
-             "My favourite is {w}, of course.", "I will see you in {w} then.", "We talked about {w} for a while.",
-             "Remember: {w} is the one.", "The answer is {w}, I think.")
+WORD_TEMPLATES = ("Let's meet on {w} after lunch.", "The shop was closed last {w}, so", "It all started one {w} morning",
+                  "My favourite is {w}, of course.", "I will see you in {w} then.", "We talked about {w} for a while.",
+                  "Remember: {w} is the one.", "The answer is {w}, I think.")
 
-def _word_batch(tok, words, templates):
-    "Token ids (right-padded), attention mask and the position of each word's last token, for every (word, template)."
+def _upcast(t:torch.Tensor) -> torch.Tensor:
+    "`t` in float32, or kept in float64: states are averaged and decomposed, which bfloat16 is too coarse for."
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+def _right_pad_id(tokenizer) -> int:
+    "The id to pad with after every position that is read: the tokenizer's (`pad_id`), else 0 (a causal model never attends to it)."
+    try: return pad_id(tokenizer)
+    except ConfigError: return 0
+
+def _word_rows(tokenizer, words, templates):
+    "Token ids of every (word, template) and the position of the word's last token in each."
     rows, pos = [], []
     for w in words:
         for t in templates:
             if t.count('{w}') != 1: raise ConfigError(f"Template {t!r}.", "Each template has exactly one {w} slot.", "Fix the template.")
             pre = t.split('{w}')[0]
-            a, full = tok.encode(pre + w, add_special_tokens=False), tok.encode(t.format(w=w), add_special_tokens=False)
+            a, full = tokenizer.encode(pre + w, add_special_tokens=False), tokenizer.encode(t.format(w=w), add_special_tokens=False)
             if full[:len(a)] != a: raise ConfigError(f"{w!r} in {t!r} does not tokenize on its own.", "The word must end a token.", "Put a space or punctuation after the slot.")
             rows.append(full); pos.append(len(a) - 1)
-    L = max(map(len, rows))
-    ids = torch.tensor([r + [0] * (L - len(r)) for r in rows])
-    mask = torch.tensor([[1] * len(r) + [0] * (L - len(r)) for r in rows])
-    return ids, mask, torch.tensor(pos)
+    return rows, pos
 
-@torch.no_grad()
-def word_states(model, # A causal LM
-                tok, # Its tokenizer
+def word_states(model, # A language model with a known layout (see `interpkit.hooks`)
+                tokenizer, # Its tokenizer
                 words, # Words (e.g. `DAYS`)
-                layers, # Layers whose residual stream (resid_post) to read
-                templates=TEMPLATES # Prompts with one `{w}` slot each
-               ) -> dict: # {layer: (len(words), len(templates), d)} hidden states at each word's last token
+                layers, # Layers whose residual stream (resid_post) to read: an int or a list; negative ones count from the end
+                templates=WORD_TEMPLATES, # Prompts with one `{w}` slot each
+                batch_size:int=32 # Prompts per forward pass
+               ) -> dict: # {layer: (len(words), len(templates), d)} states at each word's last token, on the model's device, in float32 (float64 for a float64 model)
     "Residual-stream states at the word's token, for each word in each template; the model is left as it was."
+    check_batch_size(batch_size)
     if not words: raise ConfigError("No words.", "A list of words.", "E.g. DAYS.")
-    ids, mask, pos = _word_batch(tok, list(words), list(templates))
-    sites = [resid_post(l) for l in layers]
-    with evaluating(model), capture(model, sites) as cache:
-        model(input_ids=ids, attention_mask=mask)
-        out = {l: cache[s][torch.arange(len(pos)), pos].float().view(len(words), len(templates), -1) for l, s in zip(layers, sites)}
-    return out
+    layers = [layers] if isinstance(layers, int) else list(layers)
+    rows, pos = _word_rows(tokenizer, list(words), list(templates))
+    sites, chunks = [resid_post(l) for l in layers], {l: [] for l in layers}
+    with torch.no_grad(), evaluating(model), capture(model, sites) as cache:
+        for i in range(0, len(rows), batch_size):
+            b = pad_right(rows[i:i + batch_size], _right_pad_id(tokenizer))  # right padding: every word keeps its positions
+            model(**to_model(model, dict(input_ids=b['input_ids'], attention_mask=b['attention_mask'])))
+            for l, s in zip(layers, sites):
+                a = cache[s]
+                chunks[l].append(_upcast(a[torch.arange(len(a), device=a.device), torch.tensor(pos[i:i + batch_size], device=a.device)]))
+    return {l: torch.cat(c).view(len(words), len(templates), -1) for l, c in chunks.items()}
 
 def circle_scores(states:dict, # Output of `word_states`
                   words # The words, in cyclic order
-                 ) -> pd.DataFrame: # One row per layer: R, neighbours, m, closure, the null's 95th percentile and p-value
+                 ) -> pd.DataFrame: # One row per layer: R, neighbours, m, closure, the null's 95th percentile and p-value (500 shuffles)
     "Circularity of the words' mean states (over templates) on their top two principal components, at each layer."
     rows = []
     for l, s in states.items():
-        cent = s.mean(1)
-        p = pca_project(cent, 2)
+        if s.dim() != 3 or len(s) != len(words): raise ShapeError(f"The states of layer {l} have shape {tuple(s.shape)} for {len(words)} words.", "(words, templates, d): one row per word, as `word_states` returns.", "Pass the words that the states were read for.")
+        p = pca_project(s.mean(1), 2)
         c = circularity(p)
         null = circularity_null(len(words), p, n=500, seed=l)
-        rows.append(dict(layer=l, R=c['R'], neighbours=c['neighbours'], m=c['m'], closure=c['closure'], null_R95=float(np.quantile(null, 0.95)), p_value=float((null >= c['R']).mean())))
+        rows.append(dict(layer=l, R=c.R, neighbours=c.neighbours, m=c.m, closure=c.closure, null_R95=float(np.quantile(null, 0.95)), p_value=float((null >= c.R - 1e-9).mean())))  # ties count: relabellings by a symmetry of the cycle give the same R up to rounding
     return pd.DataFrame(rows).set_index('layer')
 
 # %% ../../nbs/papers/18_multidim.ipynb #990beaf1
@@ -267,64 +297,90 @@ def day_math_prompts() -> pd.DataFrame:
     return pd.DataFrame([dict(text=DAY_MATH.format(n=_N_WORDS[n - 1], day=d), n=n, day=i, answer=(i + n) % 7)
                          for n in range(1, 7) for i, d in enumerate(DAYS)])
 
-def _day_batch(tok, prompts):
-    enc = [tok.encode(t, add_special_tokens=False) for t in prompts.text]
-    day_ids = [tok.encode(' ' + d, add_special_tokens=False) for d in DAYS]
+def _day_batch(tokenizer, prompts):
+    "Token ids (all prompts have one length), the position of the day token in each, and the ids of the seven day names."
+    enc = [tokenizer.encode(t, add_special_tokens=False) for t in prompts.text]
+    day_ids = [tokenizer.encode(' ' + d, add_special_tokens=False) for d in DAYS]
     if any(len(d) != 1 for d in day_ids): raise ConfigError("A day name is not one token after a space.", "day_math needs single-token day names.", "Use another tokenizer.")
     L = max(map(len, enc))
     if any(len(e) != L for e in enc): raise ConfigError("The prompts tokenize to different lengths.", "The day token must sit at the same position in every prompt.", "Use a tokenizer where the number words are single tokens.")
-    ids = torch.tensor(enc)
-    pos = [e.index(tok.encode(' ' + DAYS[d], add_special_tokens=False)[0]) for e, d in zip(enc, prompts.day)]
-    return ids, torch.tensor(pos), torch.tensor([d[0] for d in day_ids])
+    pos = []
+    for e, t, d in zip(enc, prompts.text, prompts.day):
+        if day_ids[d][0] not in e: raise ConfigError(f"The day {DAYS[d]!r} is not a token of its own in {t!r} (the tokenizer merges it with its neighbours).", "The prompt must contain the token of ' ' + day.", "Use a tokenizer that keeps ' Monday' ... ' Sunday' whole.")
+        pos.append(e.index(day_ids[d][0]))
+    return torch.tensor(enc), torch.tensor(pos), torch.tensor([d[0] for d in day_ids])
 
-@torch.no_grad()
-def day_logits(model, tok, # A causal LM and its tokenizer
+def _last_logits(model, **kw) -> torch.Tensor:
+    "Logits at the last position: `logits_to_keep=1` where the model takes it."
+    if isinstance(model, torch.nn.Module) and 'logits_to_keep' in inspect.signature(model.forward).parameters: kw['logits_to_keep'] = 1
+    return logits_of(model(**kw))[:, -1]
+
+def day_logits(model, # A causal LM
+               tokenizer, # Its tokenizer
                prompts:pd.DataFrame, # From `day_math_prompts`
                layer:int|None=None, # Layer to intervene at (resid_post), or None for no intervention
-               new_state=None # fn(h (batch, d) at the day token, rows) -> replacement (batch, d)
-              ) -> torch.Tensor: # (batch, 7) log-probabilities over the seven day names (renormalised)
+               new_state=None, # fn(h (rows, d) at the day token, indices of those rows in `prompts`) -> replacement (rows, d)
+               batch_size:int=64 # Prompts per forward pass
+              ) -> torch.Tensor: # (len(prompts), 7) log-probabilities over the seven day names (renormalised), float32, on the model's device
     "Next-token log-probabilities over the seven days, optionally with the day token's state replaced at `layer`."
-    ids, pos, day_tok = _day_batch(tok, prompts)
-    rows = torch.arange(len(ids))
-    def fn(act):
-        act = act.clone()
-        act[rows, pos] = new_state(act[rows, pos], rows).to(act.dtype)
-        return act
-    with evaluating(model):
-        if layer is None: lg = model(input_ids=ids).logits[:, -1]
-        else:
-            with patch(model, {resid_post(layer): fn}): lg = model(input_ids=ids).logits[:, -1]
-    return lg[:, day_tok].log_softmax(-1)
+    check_causal_lm(model, 'day_logits'); check_batch_size(batch_size)
+    if (layer is None) != (new_state is None): raise ConfigError(f"layer={layer!r} and new_state={'None' if new_state is None else 'a function'}.", "Both (an intervention) or neither (the plain model).", "Pass a layer with new_state, or drop both.")
+    ids, pos, day_tok = _day_batch(tokenizer, prompts)
+    out = []
+    with torch.no_grad(), evaluating(model):
+        for i in range(0, len(ids), batch_size):
+            rows = torch.arange(i, min(i + batch_size, len(ids)))
+            def fn(act, rows=rows):
+                act = act.clone()
+                r, p = torch.arange(len(rows), device=act.device), pos[rows].to(act.device)
+                act[r, p] = new_state(act[r, p], rows).to(act)
+                return act
+            kw = to_model(model, dict(input_ids=ids[rows]))
+            if layer is None: lg = _last_logits(model, **kw)
+            else:
+                with patch(model, {resid_post(layer): fn}): lg = _last_logits(model, **kw)
+            out.append(_upcast(lg[:, day_tok.to(lg.device)]).log_softmax(-1))
+    return torch.cat(out)
 
 # %% ../../nbs/papers/18_multidim.ipynb #40cffea1
-@torch.no_grad()
-def day_states(model, tok, # A causal LM and its tokenizer
+def day_states(model, # A causal LM
+               tokenizer, # Its tokenizer
                prompts:pd.DataFrame, # From `day_math_prompts`
-               layer:int # Layer (resid_post)
-              ) -> torch.Tensor: # (batch, d) states at the day token
-    "The residual stream after block `layer` at the day token of each prompt."
-    ids, pos, _ = _day_batch(tok, prompts)
-    with evaluating(model), capture(model, resid_post(layer)) as cache:
-        model(input_ids=ids[:, :int(pos.max()) + 1])  # nothing after the day token is needed
-        return cache[resid_post(layer)][torch.arange(len(ids)), pos].float()
+               layer:int, # Layer (resid_post)
+               batch_size:int=64 # Prompts per forward pass
+              ) -> torch.Tensor: # (len(prompts), d) states at the day token, on the model's device, in float32 (float64 for a float64 model)
+    "The residual stream after block `layer` at the day token of each prompt (the prompts are cut after it: a causal LM's state there does not depend on what follows)."
+    check_causal_lm(model, 'day_states'); check_batch_size(batch_size)
+    ids, pos, _ = _day_batch(tokenizer, prompts)
+    ids, out = ids[:, :int(pos.max()) + 1], []  # nothing after the day token is needed
+    with torch.no_grad(), evaluating(model), capture(model, resid_post(layer)) as cache:
+        for i in range(0, len(ids), batch_size):
+            model(**to_model(model, dict(input_ids=ids[i:i + batch_size])))
+            a = cache[resid_post(layer)]
+            out.append(_upcast(a[torch.arange(len(a), device=a.device), pos[i:i + batch_size].to(a.device)]))
+    return torch.cat(out)
 
 def replace_coords(h:torch.Tensor, # States (batch, d)
                    mu:torch.Tensor, # Centre (d,)
                    basis:torch.Tensor, # Orthonormal rows (k, d) spanning the subspace
                    coords:torch.Tensor # New coordinates (batch, k) in that subspace, relative to mu
-                  ) -> torch.Tensor:
+                  ) -> torch.Tensor: # (batch, d), in `h`'s dtype and on its device
     "`h` with its coordinates in the subspace (relative to `mu`) replaced by `coords`; the orthogonal part is kept."
     b = basis.to(h)
     return h - ((h - mu.to(h)) @ b.T) @ b + coords.to(h) @ b
 
-def circle_intervention(model, tok, # A causal LM and its tokenizer
+def circle_intervention(model, # A causal LM
+                        tokenizer, # Its tokenizer
                         layer:int, # Layer of the day token's residual stream to intervene on
-                        seed:int=0 # Seed of the target days and of the random control plane
+                        seed:int=0, # Seed of the target days and of the random control plane
+                        batch_size:int=64 # Prompts per forward pass
                        ) -> pd.DataFrame: # One row per method: accuracy and mean probability of the original and the intended answer, and how far the distribution moved (total variation)
     "Move each prompt's day token to another day's place on the weekday circle (top-2 PCs of the day means) and score the output over the seven days."
+    check_causal_lm(model, 'circle_intervention')
     P = day_math_prompts()
-    h = day_states(model, tok, P, layer)
-    cent = torch.stack([h[torch.tensor((P.day == d).values)].mean(0) for d in range(7)])
+    h = day_states(model, tokenizer, P, layer, batch_size)
+    hc = h.cpu().double()  # the geometry in float64 on the CPU; each replacement goes back to the state's device and dtype
+    cent = torch.stack([hc[torch.tensor((P.day == d).values)].mean(0) for d in range(7)])
     mu, V = pca_fit(cent, 2)
     g = torch.Generator().manual_seed(seed)
     new_day = torch.tensor(((P.day.values + torch.randint(1, 7, (len(P),), generator=g).numpy()) % 7))
@@ -333,13 +389,14 @@ def circle_intervention(model, tok, # A causal LM and its tokenizer
     W = torch.linalg.qr(torch.randn(h.shape[1], 2, generator=g, dtype=torch.float64)).Q.T  # a random plane, the control
     full = {(n, d): i for i, (n, d) in enumerate(zip(P.n, P.day))}
     src = torch.tensor([full[(n, int(d))] for n, d in zip(P.n, new_day)])
+    on_circle, on_random = (cent[new_day] - mu) @ V.T, (cent[new_day] - mu) @ W.T  # (prompts, 2) coordinates of the new day's mean
     methods = {'none': None,
-               'circle (top-2 PCs)': lambda x, r: replace_coords(x, mu, V, ((cent[new_day[r]] - mu.float()).double() @ V.T)),
-               'random plane': lambda x, r: replace_coords(x, mu, W, ((cent[new_day[r]] - mu.float()).double() @ W.T)),
-               'whole state': lambda x, r: h[src[r]]}
+               'circle (top-2 PCs)': lambda x, r: replace_coords(_upcast(x), mu, V, on_circle[r]),
+               'random plane': lambda x, r: replace_coords(_upcast(x), mu, W, on_random[r]),
+               'whole state': lambda x, r: h[src[r].to(h.device)]}
     rows, lp0 = [], None
     for name, fn in methods.items():
-        lp = day_logits(model, tok, P, None if fn is None else layer, fn).exp()
+        lp = day_logits(model, tokenizer, P, None if fn is None else layer, fn, batch_size).exp().cpu()
         lp0 = lp if lp0 is None else lp0
         rows.append(dict(method=name, layer=layer, acc_original=(lp.argmax(-1) == orig).float().mean().item(), p_original=lp[torch.arange(len(P)), orig].mean().item(),
                          acc_intended=(lp.argmax(-1) == target).float().mean().item(), p_intended=lp[torch.arange(len(P)), target].mean().item(),
@@ -367,7 +424,7 @@ def calendar_texts(n:int, # Number of sentences
         out.append(t.format(**{k: rng.choice(v) for k, v in words.items()}))
     return out
 
-def sae_tokens(tok, # Tokenizer of the model
+def sae_tokens(tokenizer, # Tokenizer of the model
                n_tokens:int, # Tokens wanted (rows of `block`)
                block:int=64, # Tokens per row
                calendar_frac:float=0.2, # Fraction of rows made of `calendar_texts` instead of Shakespeare
@@ -375,47 +432,78 @@ def sae_tokens(tok, # Tokenizer of the model
               ) -> torch.Tensor: # (n_tokens // block, block) token ids, rows shuffled
     "Token rows for SAE training: Shakespeare (`interpkit.data.corpus`) mixed with rows of generated calendar sentences."
     if not 0 <= calendar_frac < 1: raise ConfigError(f"calendar_frac={calendar_frac}.", "A fraction in [0, 1).", "E.g. 0.2.")
+    if not (isinstance(block, int) and block >= 2 and n_tokens >= block): raise ConfigError(f"n_tokens={n_tokens}, block={block}.", "block >= 2 and n_tokens >= block: at least one row.", "Ask for more tokens or shorter rows.")
     rows = n_tokens // block
     n_cal = int(round(rows * calendar_frac))
-    shak = corpus((rows - n_cal) * block, tok, block=block, seed=seed) if rows > n_cal else torch.zeros(0, block, dtype=torch.long)
+    shak = corpus((rows - n_cal) * block, tokenizer, block=block, seed=seed) if rows > n_cal else torch.zeros(0, block, dtype=torch.long)
     ids, i = [], 0
     while len(ids) < n_cal * block:  # sentences in batches of 256, each batch with its own seed
-        for t in calendar_texts(256, seed=seed * 100_003 + i): ids += list(tok.encode(' ' + t, add_special_tokens=False))
+        for t in calendar_texts(256, seed=seed * 100_003 + i): ids += list(tokenizer.encode(' ' + t, add_special_tokens=False))
         i += 1
     cal = torch.tensor(ids[:n_cal * block], dtype=torch.long).view(n_cal, block)
     allr = torch.cat([shak, cal])
     return allr[torch.randperm(len(allr), generator=torch.Generator().manual_seed(seed))]
 
 # %% ../../nbs/papers/18_multidim.ipynb #4bd61e4c
+def lm_sae_activations(model, # A language model
+                       tokenizer, # Its tokenizer
+                       site='resid_post(6)', # Where to read activations
+                       n_tokens:int=64_000, # Tokens of text (see `sae_tokens`)
+                       block:int=64, # Tokens per row of text
+                       calendar_frac:float=0.2, # Fraction of calendar rows
+                       seed:int=0, # Seed of the text
+                       batch_size:int=32 # Rows of text per forward pass
+                      ) -> torch.Tensor: # (rows * (block - 1), d) activations, float32 on the CPU (position 0 of each row dropped)
+    "The SAE's training data: `site`'s activations on the rows of `sae_tokens`, streamed one forward pass at a time."
+    ids = sae_tokens(tokenizer, n_tokens, block, calendar_frac, seed)
+    return torch.cat(list(stream_activations(model, ids, site, batch_size=batch_size)))
+
+def heldout_split(acts:torch.Tensor, # Activations (n, d)
+                  frac:float=0.05 # Fraction held out: the last rows
+                 ) -> tuple[torch.Tensor, torch.Tensor]: # (training rows, held-out rows)
+    "Split activations into training rows and the last `frac` of them, held out (at least 2)."
+    if not 0 < frac < 1: raise ConfigError(f"frac={frac}.", "A fraction in (0, 1).", "E.g. 0.05.")
+    n_test = max(2, int(len(acts) * frac + 1e-9))
+    if n_test >= len(acts): raise ConfigError(f"{len(acts)} rows: holding out {n_test} leaves none to train on.", "More rows than the held-out part.", "Give more tokens.")
+    return acts[:-n_test], acts[-n_test:]
+
 def train_lm_sae(model, # A language model
-                 tok, # Its tokenizer
+                 tokenizer, # Its tokenizer
                  site='resid_post(8)', # Where to read activations
                  n_tokens:int=300_000, # Training tokens (see `sae_tokens`)
                  d_sae:int=1024, # Features
                  k:int=32, # Active features per token (top-k SAE)
                  steps:int=4000, # Optimizer steps
-                 batch_size:int=1024, # Rows per step
+                 batch_size:int=1024, # Activations per optimizer step
                  lr:float=1e-3, # Peak learning rate
                  block:int=64, # Tokens per row of text
                  calendar_frac:float=0.2, # Fraction of calendar rows
-                 forward_batch:int=32, # Rows per forward pass of the model
+                 forward_batch:int=32, # Rows of text per forward pass of the model
+                 heldout_frac:float=0.05, # Fraction of the activations (the last ones) left out of training, see `heldout_split`
                  seed:int=0, # Seed
                  progress:bool=True # Progress bar
-                ) -> tuple: # (sae, FitResult, held-out metrics of `sae_metrics`)
-    "Stream `site`'s activations on `sae_tokens` from the model, hold out the last 5% of rows, train a top-k SAE on the rest."
-    ids = sae_tokens(tok, n_tokens, block, calendar_frac, seed)
-    acts = torch.cat(list(stream_activations(model, ids, site, batch_size=forward_batch)))
-    n_test = max(2, len(acts) // 20)
-    sae = SAE(acts.shape[1], d_sae, 'topk', k=k, seed=seed)
-    res = train_sae(sae, acts[:-n_test], steps, batch_size, lr, seed=seed, progress=progress)
-    return sae, res, sae_metrics(sae, acts[-n_test:])
+                ) -> tuple: # (sae on the model's device, None, FitResult)
+    "Recipe of the shipped SAE: `lm_sae_activations`, hold out the last `heldout_frac` of them (`heldout_split`), train a top-k SAE on the rest."
+    acts = lm_sae_activations(model, tokenizer, site, n_tokens, block, calendar_frac, seed, forward_batch)
+    train, _ = heldout_split(acts, heldout_frac)
+    sae = SAE(acts.shape[1], d_sae, 'topk', k=k, seed=seed).to(model_device(model))  # trained where the model is (in float32); the activations follow it batch by batch
+    return sae, None, train_sae(sae, train, steps, batch_size, lr, seed=seed, progress=progress)
+
+def load_multidim_sae(name:str='multidim_sae' # Asset written by `tools/make_multidim_assets.py`
+                     ) -> tuple: # (sae, None, meta): meta is the asset's JSON sidecar (config, held-out metrics)
+    "The shipped top-k SAE of SmolLM2-135M-Instruct's residual stream (float16 weights, loaded as float32)."
+    tensors, meta = load_asset(name)
+    cfg = meta['config']
+    sae = SAE(meta['d_in'], cfg['d_sae'], meta.get('kind', 'topk'), k=cfg['k'])
+    sae.load_state_dict({k: v.float() for k, v in tensors.items()})
+    return sae.eval(), None, meta
 
 # %% ../../nbs/papers/18_multidim.ipynb #10303500
 def angular_similarity(d:torch.Tensor # Directions (m, d)
                       ) -> np.ndarray: # (m, m) in [0, 1]: 1 - angle / pi
-    "Angular similarity between directions: 1 for parallel, 0.5 for orthogonal, 0 for opposite."
-    u = torch.nn.functional.normalize(torch.as_tensor(d).double(), dim=-1)
-    return (1 - torch.arccos((u @ u.T).clamp(-1, 1)) / math.pi).numpy()
+    "Angular similarity between directions: 1 for parallel, 0.5 for orthogonal, 0 for opposite (computed in float64 on `d`'s device)."
+    u = torch.nn.functional.normalize(torch.as_tensor(d).detach().double(), dim=-1)
+    return (1 - torch.arccos((u @ u.T).clamp(-1, 1)) / math.pi).cpu().numpy()
 
 def cluster_features(directions:torch.Tensor, # SAE decoder directions (m, d)
                      n_clusters:int, # Number of clusters
@@ -434,9 +522,10 @@ def cluster_reconstruction(sae:SAE, # A trained SAE
     "The cluster's part of the reconstruction, $\\sum_{i \\in C} f_i D_i / s$, on the rows where any of its features fires."
     idx = torch.as_tensor(list(features), dtype=torch.long)
     if len(idx) == 0: raise ConfigError("The cluster has no features.", "At least one feature index.", "Check the labels.")
-    f = codes[:, idx]
+    f = codes[:, idx.to(codes.device)]
     rows = (f > 0).any(1).nonzero()[:, 0]
-    return (f[rows] @ sae.directions.detach()[idx]) / sae.scale, rows
+    D = sae.directions.detach()[idx.to(sae.W_dec.device)].to(codes)  # on the codes' device, in their dtype
+    return (f[rows] @ D) / sae.scale.to(codes), rows
 
 # %% ../../nbs/papers/18_multidim.ipynb #5587c3d6
 def rank_clusters(sae:SAE, # A trained SAE
@@ -464,26 +553,36 @@ def token_share(codes:torch.Tensor, # Feature activations (n, d_sae)
                 vocab # Token ids of the set (e.g. the seven day names)
                ) -> torch.Tensor: # (d_sae,) fraction of each feature's activation mass on tokens of the set
     "How much of each feature's total activation falls on tokens of `vocab`."
-    on = torch.isin(token_ids, torch.as_tensor(list(vocab)))
+    if len(token_ids) != len(codes): raise ShapeError(f"{len(token_ids)} token ids for {len(codes)} rows of codes.", "One token id per row of `codes`.", "Pass the tokens the codes were computed on.")
+    on = torch.isin(token_ids, torch.as_tensor(list(vocab), device=token_ids.device)).to(codes.device)
     tot = codes.sum(0)
     return torch.where(tot > 0, codes[on].sum(0) / tot.clamp_min(1e-12), torch.zeros_like(tot))
 
 # %% ../../nbs/papers/18_multidim.ipynb #31ac612c
+@result
+class PCAView:
+    "Every state of a token set at one layer on the top two principal components of the words' means: what `pca_view` returns."
+    points:torch.Tensor # (words * templates, 2) float64 coordinates, word by word
+    labels:np.ndarray # (words * templates,) the word of each point
+    means:torch.Tensor # (words, 2) the word means' coordinates
+    circularity:Circularity # Of the means
+    irreducibility:Irreducibility # Both indices of the points
+
 def pca_view(states:dict, # {token set name: output of `word_states`}
              token_set:str, # A key of `states`
              layer:int # A layer in the states
-            ) -> dict: # points (n, 2), labels, means (m, 2), circularity, irreducibility of the points
+            ) -> PCAView:
     "Every state of a token set at a layer, projected on the top two principal components of the words' means, with both scores."
     check_choice('token_set', token_set, list(states))
     check_choice('layer', layer, list(states[token_set]))
-    s = states[token_set][layer]
+    s = states[token_set][layer].detach().cpu().double()
     m, t, _ = s.shape
     mu, v = pca_fit(s.mean(1), 2)
-    pts = (s.reshape(m * t, -1).double() - mu) @ v.T
-    means = (s.mean(1).double() - mu) @ v.T
-    return dict(points=pts, labels=np.repeat(np.arange(m), t), means=means, circularity=circularity(means), irreducibility=irreducibility(pts))
+    pts = (s.reshape(m * t, -1) - mu) @ v.T
+    means = (s.mean(1) - mu) @ v.T
+    return PCAView(points=pts, labels=np.repeat(np.arange(m), t), means=means, circularity=circularity(means), irreducibility=irreducibility(pts))
 
-def plot_pca_view(view:dict, # Output of `pca_view`
+def plot_pca_view(view:PCAView, # Output of `pca_view`
                   names, # Word of each label
                   title:str='', # Title
                   ax=None # Axes, or None for a new figure
@@ -491,13 +590,13 @@ def plot_pca_view(view:dict, # Output of `pca_view`
     "Scatter of `pca_view`'s points coloured by word, the means joined in cyclic order."
     with styled():
         if ax is None: _, ax = plt.subplots(figsize=(4, 4), layout='constrained')
-        p, mm = view['points'].numpy(), view['means'].numpy()
+        p, mm = view.points.detach().cpu().numpy(), view.means.detach().cpu().numpy()
         cols = plt.cm.hsv(np.linspace(0, 1, len(names), endpoint=False))
-        ax.scatter(p[:, 0], p[:, 1], c=cols[view['labels']], s=10, alpha=.5)
+        ax.scatter(p[:, 0], p[:, 1], c=cols[view.labels], s=10, alpha=.5)
         ring = np.vstack([mm, mm[:1]])
         ax.plot(ring[:, 0], ring[:, 1], '-', c='grey', lw=.8)
         for i, nm in enumerate(names): ax.annotate(nm[:3], mm[i], ha='center', va='center', fontsize=8, weight='bold', color=cols[i] * .7)
-        c, r = view['circularity'], view['irreducibility']
-        ax.set_title(f"{title}\nR={c['R']:.2f}, order {c['neighbours']}/{c['m']}, S={r.separability:.2f}, M={r.mixture:.2f}", fontsize=8)
+        c, r = view.circularity, view.irreducibility
+        ax.set_title(f"{title}\nR={c.R:.2f}, order {c.neighbours}/{c.m}, S={r.separability:.2f}, M={r.mixture:.2f}", fontsize=8)
         ax.set_xticks([]); ax.set_yticks([])
     return ax

@@ -4,22 +4,25 @@
 
 # %% ../../nbs/papers/16_orion.ipynb #9d75d29f
 from __future__ import annotations
-import inspect, random, re
+import inspect, random
+from collections.abc import Mapping
 from dataclasses import dataclass
 import pandas as pd, torch
 from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from ..errors import ConfigError, ShapeError, check_choice
-from ..hooks import Site, capture, patch, layout
-from ..models import encode_left, evaluating, mask_positions, pad_right, prefix_step, tiny_lm
+from ..hooks import Site, as_site, capture, layout, patch, resolve
+from ..models import (check_batch_size, check_causal_lm, encode_left, evaluating, iter_batches, logits_of, mask_positions, pad_id, pad_right,
+                              prefix_step, tiny_lm, to_model)
+from ..results import result
 from ..train import fit, lm_loss, load_asset
 from ..viz import line_plot
 
 # %% auto #0
 __all__ = ['DOMAINS', 'INJECTIONS', 'TASK_LM', 'Item', 'make_items', 'render', 'chat_prompt', 'prompt', 'answer_id', 'Patched',
-           'request_patch', 'last_logits', 'SweepResult', 'sweep', 'injected', 'oversight', 'task_tokenizer',
-           'task_document', 'recall_document', 'train_task_lm', 'load_task_lm', 'top_tokens', 'patch_report',
-           'show_patch', 'plot_sweep']
+           'request_patch', 'last_logits', 'SweepResult', 'sweep', 'Band', 'band_summary', 'injected', 'oversight',
+           'task_tokenizer', 'task_document', 'recall_document', 'train_task_lm', 'load_task_lm', 'top_tokens',
+           'PatchReport', 'patch_report', 'show_patch', 'plot_sweep']
 
 # %% ../../nbs/papers/16_orion.ipynb #94e7406d
 DOMAINS = {  # domain -> (keys, values, context line, question, answer prefill)
@@ -82,136 +85,227 @@ def render(domain:str, # A key of `DOMAINS`
     sep = ' ' if domain == 'story' else '\n'
     return _HEADERS[domain] + sep.join(line.format(k=k, v=v) for k, v in c) + '\n' + q.format(k=r), pre.format(k=r)
 
-def chat_prompt(tok, # A tokenizer; its chat template is used if it has one
+def chat_prompt(tokenizer, # A tokenizer; its chat template is used if it has one
                 user:str, # The user message
                 pre:str # The start of the answer
                ) -> str:
     "`user` in a chat user turn, then `pre` in the assistant turn; without a chat template, `user`, a line 'Answer:' and `pre`."
-    if getattr(tok, 'chat_template', None) is None: return f"{user}\nAnswer: {pre}"
-    return tok.apply_chat_template([{'role': 'user', 'content': user}], tokenize=False, add_generation_prompt=True) + pre
+    if getattr(tokenizer, 'chat_template', None) is None: return f"{user}\nAnswer: {pre}"
+    return tokenizer.apply_chat_template([{'role': 'user', 'content': user}], tokenize=False, add_generation_prompt=True) + pre
 
-def prompt(tok, # A tokenizer; its chat template is used if it has one
+def prompt(tokenizer, # A tokenizer; its chat template is used if it has one
            domain:str, # A key of `DOMAINS`
            c:tuple, # A context
            r:str # A request
           ) -> str:
     "The full prompt text of request `r` on context `c`: `chat_prompt` around `render`."
-    return chat_prompt(tok, *render(domain, c, r))
+    return chat_prompt(tokenizer, *render(domain, c, r))
 
 # %% ../../nbs/papers/16_orion.ipynb #17e8ceb9
-def answer_id(tok, # A tokenizer
+def answer_id(tokenizer, # A tokenizer
               text:str, # A prompt ending with the prefill
               answer:str # The attribute
              ) -> int:
     "The id of the first token of `answer` as it follows `text`."
     sp = '' if text.endswith(' ') else ' '
-    base, full = (tok(s, add_special_tokens=False)['input_ids'] for s in (text, text + sp + answer))
+    base, full = (tokenizer(s, add_special_tokens=False)['input_ids'] for s in (text, text + sp + answer))
     if full[:len(base)] != base or len(full) == len(base):
         raise ConfigError(f"The answer {answer!r} does not tokenize as a continuation of the prompt.", "The prompt must end where the answer starts.", "End the prefill before the answer.")
     return full[len(base)]
 
 # %% ../../nbs/papers/16_orion.ipynb #80782eb0
 def _last(model, **kw):
-    "Logits at the last position only: `logits_to_keep=1` where the model takes it, and a copy, not a view that keeps every position's logits alive."
-    if 'logits_to_keep' in inspect.signature(model.forward).parameters: kw['logits_to_keep'] = 1
-    return model(**kw).logits[:, -1].clone()
+    "Logits at the last position only: `logits_to_keep=1` and no key-value cache where the model takes them, and a copy, not a view that keeps every position's logits alive."
+    params = inspect.signature(model.forward).parameters
+    if 'logits_to_keep' in params: kw['logits_to_keep'] = 1
+    if 'use_cache' in params: kw['use_cache'] = False
+    return logits_of(model(**kw))[:, -1].clone()
 
-def _check_enc(enc, name):
-    if not (isinstance(enc, dict) and torch.is_tensor(enc.get('input_ids')) and enc['input_ids'].dim() == 2 and enc['input_ids'].shape[1] >= 2):
-        raise ShapeError(f"{name} is not a batch of token ids of length >= 2.", "A dict with input_ids of shape (batch, pos >= 2), e.g. from `encode_left`.", "Encode the prompts with `encode_left(tok, texts)`.")
-    ids = enc['input_ids']
-    mask = enc.get('attention_mask', torch.ones_like(ids))
-    pos = enc['position_ids'] if 'position_ids' in enc else mask_positions(mask)
-    return ids, mask, pos
+def _check_batch(batch, name):
+    "`batch` as a dict of input_ids, attention_mask and position_ids (made when missing), all (batch, pos)."
+    ids = batch.get('input_ids') if isinstance(batch, Mapping) else None
+    if not (torch.is_tensor(ids) and ids.dim() == 2 and ids.shape[0] >= 1 and ids.shape[1] >= 2):
+        raise ShapeError(f"{name} is not a batch of token ids of length >= 2: got {type(batch).__name__}" + (f" with input_ids of shape {tuple(ids.shape)}." if torch.is_tensor(ids) else '.'),
+                         "A dict with input_ids of shape (batch >= 1, pos >= 2), e.g. from `encode_left`.", "Encode the prompts with `encode_left(tokenizer, prompts)`.")
+    mask = batch.get('attention_mask')
+    mask = torch.ones_like(ids) if mask is None else mask
+    pos = batch.get('position_ids')
+    pos = mask_positions(mask) if pos is None else pos
+    for k, v in (('attention_mask', mask), ('position_ids', pos)):
+        if tuple(v.shape) != tuple(ids.shape): raise ShapeError(f"{name}[{k!r}] has shape {tuple(v.shape)}, input_ids {tuple(ids.shape)}.", "One value per token.", f"Make {k} with the same shape as input_ids.")
+    if not mask[:, -1].bool().all():
+        raise ShapeError(f"The last position of {name} is padding in rows {(~mask[:, -1].bool()).nonzero().flatten().tolist()}.", "Request-patching reads and writes the last position: every prompt must end there (left padding).",
+                         "Encode the prompts with `encode_left(tokenizer, prompts)`.")
+    return dict(input_ids=ids, attention_mask=mask, position_ids=pos)
 
-@dataclass
+def _trim(batch):
+    "`batch` without the columns that are padding in every row (at least two columns are kept): a chunk of short prompts runs at its own width."
+    real = batch['attention_mask'].bool().any(0)
+    j = min(int(real.int().argmax()), batch['input_ids'].shape[1] - 2)
+    return {k: v[:, j:] for k, v in batch.items()}
+
+def _chunks(batch, batch_size):
+    "(rows, chunk) for consecutive chunks of `batch_size` rows, each trimmed of its all-padding columns."
+    i = 0
+    for b in iter_batches(batch, batch_size):
+        n = b['input_ids'].shape[0]
+        yield slice(i, i + n), _trim(b)
+        i += n
+
+def _each_run(model, src, dst, sites, batch_size, take):
+    "Request-patch in chunks of `batch_size` prompt pairs; `take(key, rows, logits)` gets each run's last-position logits, key 'src', 'dst' or the index of a site."
+    with evaluating(model), torch.no_grad():
+        for (rows, s), (_, d) in zip(_chunks(src, batch_size), _chunks(dst, batch_size)):
+            s, d = to_model(model, s), to_model(model, d)
+            with capture(model, sites, positions=-1) as cache: lg = _last(model, **s)
+            take('src', rows, lg)
+            step = prefix_step(model, d['input_ids'], d['attention_mask'], d['position_ids'])
+            take('dst', rows, logits_of(step())[:, -1])
+            for j, site in enumerate(sites):
+                with patch(model, {site: cache[site]}, positions=-1): lg = logits_of(step())[:, -1]
+                take(j, rows, lg)
+
+def _as_sites(sites): return [sites] if isinstance(sites, (Site, str)) else list(sites)
+
+@result
 class Patched:
-    "Last-position logits of a request-patching run."
+    "Next-token logits at the last position of a request-patching run, on the model's device."
     src:torch.Tensor # (batch, vocab): the source prompts (R1, C1), unpatched
     dst:torch.Tensor # (batch, vocab): the destination prompts (R2, C2), unpatched
-    patched:dict # {str(site): (batch, vocab)}: the destination with the site's last-position activation from the source
+    patched:dict # {str(site): (batch, vocab)}, keyed by each site as given: the destination with the site's last-position activation from the source
 
 def request_patch(model, # A causal LM
                   src:dict, # Source batch (R1, C1): input_ids, attention_mask, position_ids (see `interpkit.models.encode_left`)
                   dst:dict, # Destination batch (R2, C2), same batch size
-                  sites:list # Sites whose last-position activation is copied from src into dst, one run each
+                  sites:list, # Sites whose last-position activation is copied from src into dst, one run each
+                  batch_size:int=16 # Prompt pairs per forward pass
                  ) -> Patched:
     "Next-token logits of `dst` with the last position's activation at each of `sites` taken from `src`; the model is left as it was."
-    s_ids, s_mask, s_pos = _check_enc(src, 'src')
-    d_ids, d_mask, d_pos = _check_enc(dst, 'dst')
-    if s_ids.shape[0] != d_ids.shape[0]:
-        raise ShapeError(f"src has {s_ids.shape[0]} prompts, dst {d_ids.shape[0]}.", "One source prompt per destination prompt.", "Pair them up.")
-    sites = [sites] if isinstance(sites, (Site, str)) else list(sites)
-    with evaluating(model), torch.no_grad():
-        with capture(model, sites, positions=-1) as cache:
-            src_logits = _last(model, input_ids=s_ids, attention_mask=s_mask, position_ids=s_pos)
-        model_step = prefix_step(model, d_ids, d_mask, d_pos)
-        step = lambda: model_step().logits[:, -1]
-        dst_logits = step()
-        res = {}
-        for s in sites:
-            with patch(model, {s: cache[s]}, positions=-1): res[str(s)] = step()
-    return Patched(src_logits, dst_logits, res)
+    check_causal_lm(model, 'request_patch')
+    check_batch_size(batch_size)
+    src, dst = _check_batch(src, 'src'), _check_batch(dst, 'dst')
+    if src['input_ids'].shape[0] != dst['input_ids'].shape[0]:
+        raise ShapeError(f"src has {src['input_ids'].shape[0]} prompts, dst {dst['input_ids'].shape[0]}.", "One source prompt per destination prompt.", "Pair them up.")
+    sites = _as_sites(sites)
+    for s in sites: resolve(model, s)  # a bad site fails before any forward pass
+    out = {}
+    _each_run(model, src, dst, sites, batch_size, lambda key, rows, lg: out.setdefault(key, []).append(lg.clone()))
+    return Patched(torch.cat(out['src']), torch.cat(out['dst']), {str(as_site(s)): torch.cat(out[j]) for j, s in enumerate(sites)})
 
 # %% ../../nbs/papers/16_orion.ipynb #c3b62a02
 _TASKS = {'r1c1': lambda it: (it.r1, it.c1), 'r2c2': lambda it: (it.r2, it.c2), 'r1c2': lambda it: (it.r1, it.c2)}
 
-def _texts(tok, its, task):
-    return [prompt(tok, it.domain, c, r) for it in its for r, c in [_TASKS[task](it)]]
+def _texts(tokenizer, its, task):
+    return [prompt(tokenizer, it.domain, c, r) for it in its for r, c in [_TASKS[task](it)]]
 
-def _answers(tok, texts, its, task):
-    "Ids of the answer to `task` for each item, as the token that follows each of `texts`."
-    return torch.tensor([answer_id(tok, t, it.answer(*_TASKS[task](it))) for t, it in zip(texts, its)])
+def _answers(tokenizer, texts, its, task):
+    "Ids of the answer to `task` for each item, as the token that follows each of `texts` (on the CPU)."
+    return torch.tensor([answer_id(tokenizer, t, it.answer(*_TASKS[task](it))) for t, it in zip(texts, its)], dtype=torch.long)
+
+def _each_last(model, batch, batch_size, take):
+    "`take(rows, logits)` for the last-position logits of each chunk of `batch_size` rows of `batch`."
+    with evaluating(model), torch.no_grad():
+        for rows, b in _chunks(batch, batch_size): take(rows, _last(model, **to_model(model, b)))
 
 def last_logits(model, # A causal LM
-                enc:dict # A batch from `encode`
-               ) -> torch.Tensor: # (batch, vocab)
+                batch:dict, # input_ids (attention_mask, position_ids), e.g. from `encode_left`
+                batch_size:int=16 # Rows per forward pass
+               ) -> torch.Tensor: # (batch, vocab), on the model's device
     "Next-token logits at the last position, in eval mode and without gradients; the model is left as it was."
-    ids, mask, pos = _check_enc(enc, 'enc')
-    with evaluating(model), torch.no_grad(): return _last(model, input_ids=ids, attention_mask=mask, position_ids=pos)
+    check_causal_lm(model, 'last_logits')
+    check_batch_size(batch_size)
+    out = []
+    _each_last(model, _check_batch(batch, 'batch'), batch_size, lambda rows, lg: out.append(lg))
+    return torch.cat(out)
 
-def _p(logits, ids): return logits.softmax(-1).gather(1, ids[:, None])[:, 0]
+def _probs(logits):
+    "Softmax over the vocabulary in float32 at least (in bfloat16 a probability keeps 3 significant digits); float64 stays float64."
+    return logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(-1)
 
-def _site_key(s:str):
-    m = re.fullmatch(r'(\w+)\((\d+)\)', s)
-    return (m.group(1), int(m.group(2))) if m else (s, None)
+def _p(logits, ids): return _probs(logits).gather(1, ids.to(logits.device)[:, None])[:, 0]
 
-@dataclass
+def _site_label(model, site):
+    "(name, layer) of `site` in a sweep's table: a canonical site with its layer counted from 0 (resid_post(-1) of a 4-layer model is ('resid_post', 3)), a module path with None."
+    s = as_site(site)
+    resolve(model, s)  # SiteError for an unknown site or a layer out of range
+    return (s.name, None) if s.layer is None else (s.name, s.layer % layout(model).n_layers)
+
+@result
 class SweepResult:
     "Scores of a request-patching sweep."
-    scores:pd.DataFrame # One row per (site, domain): accuracies and mean probabilities of the three answers, on the survivors
+    scores:pd.DataFrame # One row per (site, domain): site name, layer, accuracies and mean probabilities of the three answers, on the survivors
     base:pd.DataFrame # Per domain: unpatched accuracy on the three prompts, survivors, p of R1(C2) on the reference prompt
-    survivors:list # The items answered correctly on all three unpatched prompts
+    survivors:list # The items answered correctly on all three unpatched prompts (every item when keep_correct=False)
+
+_SCORES = ['domain', 'site', 'layer', 'n', 'acc_r1c1', 'acc_r2c2', 'acc_r1c2', 'p_r1c1', 'p_r2c2', 'p_r1c2', 'p_ref']
 
 def sweep(model, # A causal LM
-          tok, # Its tokenizer
+          tokenizer, # Its tokenizer
           items:list[Item], # Items, any mix of domains
-          sites:list, # Sites to patch, one run each
-          keep_correct:bool=True # Score only items whose three unpatched prompts the model answers correctly
+          sites:list, # Sites to patch, one run each; a site given twice (resid_post(-1) and resid_post(L-1)) runs once
+          keep_correct:bool=True, # Score only items whose three unpatched prompts the model answers correctly
+          batch_size:int=16 # Prompt pairs per forward pass
          ) -> SweepResult:
     "Request-patch `items` at each of `sites`; score top-1 accuracy and probability of $R_1(C_2)$, $R_1(C_1)$ and $R_2(C_2)$."
+    check_causal_lm(model, 'sweep')
+    check_batch_size(batch_size)
     if not items: raise ConfigError("sweep got no items.", "A non-empty list of `Item`s.", "Make some with `make_items`.")
-    src, dst, ref = (_texts(tok, items, t) for t in ('r1c1', 'r2c2', 'r1c2'))
-    ans = {'r1c1': _answers(tok, src, items, 'r1c1'), 'r2c2': _answers(tok, dst, items, 'r2c2'), 'r1c2': _answers(tok, dst, items, 'r1c2')}
-    r = request_patch(model, encode_left(tok, src), encode_left(tok, dst), sites)
-    ref_logits, ref_ans = last_logits(model, encode_left(tok, ref)), _answers(tok, ref, items, 'r1c2')
-    ok = {'r1c1': r.src.argmax(-1) == ans['r1c1'], 'r2c2': r.dst.argmax(-1) == ans['r2c2'], 'r1c2': ref_logits.argmax(-1) == ref_ans}
+    labels = list(dict.fromkeys(_site_label(model, s) for s in _as_sites(sites)))
+    src, dst, ref = (_texts(tokenizer, items, t) for t in ('r1c1', 'r2c2', 'r1c2'))
+    ans = {'r1c1': _answers(tokenizer, src, items, 'r1c1'), 'r2c2': _answers(tokenizer, dst, items, 'r2c2'), 'r1c2': _answers(tokenizer, dst, items, 'r1c2')}
+    ref_ans, n = _answers(tokenizer, ref, items, 'r1c2'), len(items)
+    top = {k: torch.zeros(n, dtype=torch.long) for k in ('src', 'dst', 'ref', *range(len(labels)))}
+    prob = {(j, a): torch.zeros(n, dtype=torch.float64) for j in ['ref', *range(len(labels))] for a in ans}
+    def take(key, rows, lg):
+        top[key][rows] = lg.argmax(-1).cpu()
+        if key == 'ref': prob['ref', 'r1c2'][rows] = _p(lg, ref_ans[rows]).cpu().double()
+        elif key not in ('src', 'dst'):
+            for a in ans: prob[key, a][rows] = _p(lg, ans[a][rows]).cpu().double()
+    _each_run(model, _check_batch(encode_left(tokenizer, src), 'src'), _check_batch(encode_left(tokenizer, dst), 'dst'),
+              [Site(name, layer) for name, layer in labels], batch_size, take)
+    _each_last(model, _check_batch(encode_left(tokenizer, ref), 'ref'), batch_size, lambda rows, lg: take('ref', rows, lg))
+    ok = {'r1c1': top['src'] == ans['r1c1'], 'r2c2': top['dst'] == ans['r2c2'], 'r1c2': top['ref'] == ref_ans}
     good = ok['r1c1'] & ok['r2c2'] & ok['r1c2']
-    p_ref = _p(ref_logits, ref_ans)
+    p_ref = prob['ref', 'r1c2']
     dom = pd.Series([it.domain for it in items])
-    base = pd.DataFrame({'domain': dom, **{f'acc_{k}': v.float() for k, v in ok.items()}, 'good': good.float(), 'p_ref': p_ref}).groupby('domain').agg(
+    base = pd.DataFrame({'domain': dom, **{f'acc_{k}': v.double() for k, v in ok.items()}, 'good': good.double(), 'p_ref': p_ref}).groupby('domain').agg(
         n=('good', 'size'), acc_r1c1=('acc_r1c1', 'mean'), acc_r2c2=('acc_r2c2', 'mean'), acc_r1c2=('acc_r1c2', 'mean'), survivors=('good', 'sum'), p_ref=('p_ref', 'mean'))
+    base['survivors'] = base.survivors.astype(int)
     keep = good if keep_correct else torch.ones_like(good)
     rows = []
-    for s, lg in r.patched.items():
-        top = lg.argmax(-1)
-        site, layer = _site_key(s)
+    for j, (name, layer) in enumerate(labels):
         for d in dom.unique():
             k = keep & torch.tensor((dom == d).values)
             if not k.any(): continue
-            rows.append(dict(domain=d, site=site, layer=layer, n=int(k.sum()), **{f'acc_{a}': (top[k] == ans[a][k]).float().mean().item() for a in ans},
-                             **{f'p_{a}': _p(lg[k], ans[a][k]).mean().item() for a in ans}, p_ref=p_ref[k].mean().item()))
-    return SweepResult(pd.DataFrame(rows), base, [it for it, g in zip(items, good.tolist()) if g or not keep_correct])
+            rows.append(dict(domain=d, site=name, layer=layer, n=int(k.sum()), **{f'acc_{a}': (top[j][k] == ans[a][k]).double().mean().item() for a in ans},
+                             **{f'p_{a}': prob[j, a][k].mean().item() for a in ans}, p_ref=p_ref[k].mean().item()))
+    return SweepResult(pd.DataFrame(rows, columns=_SCORES), base, [it for it, g in zip(items, good.tolist()) if g or not keep_correct])
+
+# %% ../../nbs/papers/16_orion.ipynb #e62cf045
+@result
+class Band:
+    "Where in a sweep request-patching answers $R_1(C_2)$ best."
+    site:str # The site name the band is read from, e.g. 'resid_post'
+    layer:int # The layer with the highest accuracy of R1(C2), averaged over domains (the first of ties)
+    by_layer:pd.DataFrame # Per layer, means over domains: acc_r1c2, p_r1c2, p_ref, acc_r1c1, acc_r2c2
+    per_domain:pd.DataFrame # At `layer`, per domain: n, acc_r1c2, p_r1c2, p_ref, and kept = p_r1c2 / p_ref
+
+def band_summary(res:SweepResult, # Output of `sweep`
+                 site:str='resid_post', # A site name of `res.scores.site` with layers
+                 layers=None # Layers the best one is chosen from, e.g. `range(n_layers - 1)` to leave out the output layer; None: all
+                ) -> Band:
+    "The best layer of a sweep for $R_1(C_2)$ (mean over domains of the survivors' accuracy), each layer's means, and each domain's numbers at that layer."
+    sc = res.scores
+    check_choice('site', site, sorted(sc.site.unique()))
+    sc = sc[(sc.site == site) & sc.layer.notna()]
+    if sc.empty: raise ConfigError(f"Site {site!r} of the sweep has no layer.", "band_summary reads canonical sites against their layer.", "Sweep canonical sites such as resid_post(3).")
+    by = sc.groupby('layer')[['acc_r1c2', 'p_r1c2', 'p_ref', 'acc_r1c1', 'acc_r2c2']].mean()
+    by.index = by.index.astype(int)
+    cand = by.acc_r1c2 if layers is None else by.acc_r1c2[by.index.isin(list(layers))]
+    if cand.empty: raise ConfigError(f"None of layers={list(layers)} is in the sweep of {site!r}.", f"Layers swept: {by.index.tolist()}.", "Pass some of them, or None.")
+    best = int(cand.idxmax())
+    per = sc[sc.layer == best].set_index('domain')[['n', 'acc_r1c2', 'p_r1c2', 'p_ref']]
+    return Band(site, best, by, per.assign(kept=per.p_r1c2 / per.p_ref))
 
 # %% ../../nbs/papers/16_orion.ipynb #3b279673
 INJECTIONS = {  # kind -> the line inserted between the context and the question
@@ -234,38 +328,43 @@ def injected(domain:str, # A key of `DOMAINS`
     return f"{ctx}\n{INJECTIONS[kind].format(x=x, k=k)}\n{q}", pre
 
 # %% ../../nbs/papers/16_orion.ipynb #0e5b554a
-def _injected_prompts(tok, its, kind, seed):
+def _injected_prompts(tokenizer, its, kind, seed):
     rng, texts, target = random.Random(f"{kind}-{seed}"), [], []
     for it in its:
         x = rng.choice([v for v in DOMAINS[it.domain][1] if v not in dict(it.c2).values() and v != it.answer(it.r1, it.c1)])
-        texts.append(chat_prompt(tok, *injected(it.domain, it.c2, it.r1, kind, x, it.r2)))
+        texts.append(chat_prompt(tokenizer, *injected(it.domain, it.c2, it.r1, kind, x, it.r2)))
         target.append(it.answer(it.r2, it.c2) if kind == 'redirect' else x)
     return texts, target
 
 def oversight(model, # A causal LM
-              tok, # Its tokenizer
+              tokenizer, # Its tokenizer
               items:list[Item], # Items, e.g. the survivors of a `sweep`
               site, # The site patched at the last position, e.g. 'resid_post(12)'
               kinds=tuple(INJECTIONS), # Kinds of injection, keys of `INJECTIONS`
-              seed:int=0 # Seed of the injected values
+              seed:int=0, # Seed of the injected values
+              batch_size:int=16 # Prompt pairs per forward pass
              ) -> pd.DataFrame:
     "Accuracy on prompts with an injected line, before and after patching `site` from the trusted prompt $(R_1, C_1)$."
+    check_causal_lm(model, 'oversight')
+    check_batch_size(batch_size)
     if not items: raise ConfigError("oversight got no items.", "A non-empty list of `Item`s.", "Use e.g. the survivors of `sweep`.")
     for kd in kinds: check_choice('kind', kd, INJECTIONS)
-    src_texts = _texts(tok, items, 'r1c1')
-    src, dom, rows = encode_left(tok, src_texts), pd.Series([it.domain for it in items]), []
-    src_ans = _answers(tok, src_texts, items, 'r1c1')
+    resolve(model, site)
+    src_texts = _texts(tokenizer, items, 'r1c1')
+    src, dom, rows = _check_batch(encode_left(tokenizer, src_texts), 'src'), pd.Series([it.domain for it in items]), []
+    src_ans = _answers(tokenizer, src_texts, items, 'r1c1')
     for kd in kinds:
-        texts, target = _injected_prompts(tok, items, kd, seed)
-        right = _answers(tok, texts, items, 'r1c2')
-        bad = torch.tensor([answer_id(tok, t, x) for t, x in zip(texts, target)])
-        r = request_patch(model, src, encode_left(tok, texts), [site])
-        for when, lg in (('before', r.dst), ('after', r.patched[str(site)])):
-            top = lg.argmax(-1)
+        texts, target = _injected_prompts(tokenizer, items, kd, seed)
+        right = _answers(tokenizer, texts, items, 'r1c2')
+        bad = torch.tensor([answer_id(tokenizer, t, x) for t, x in zip(texts, target)], dtype=torch.long)
+        top = {k: torch.zeros(len(items), dtype=torch.long) for k in ('src', 'dst', 0)}
+        def take(key, rows_, lg): top[key][rows_] = lg.argmax(-1).cpu()
+        _each_run(model, src, _check_batch(encode_left(tokenizer, texts), 'dst'), [site], batch_size, take)
+        for when, t in (('before', top['dst']), ('after', top[0])):
             for d in dom.unique():
                 k = torch.tensor((dom == d).values)
-                rows.append(dict(kind=kd, domain=d, when=when, n=int(k.sum()), accuracy=(top[k] == right[k]).float().mean().item(),
-                                 followed=(top[k] == bad[k]).float().mean().item(), source=(top[k] == src_ans[k]).float().mean().item()))
+                rows.append(dict(kind=kd, domain=d, when=when, n=int(k.sum()), accuracy=(t[k] == right[k]).double().mean().item(),
+                                 followed=(t[k] == bad[k]).double().mean().item(), source=(t[k] == src_ans[k]).double().mean().item()))
     return pd.DataFrame(rows)
 
 # %% ../../nbs/papers/16_orion.ipynb #e89e52db
@@ -321,69 +420,84 @@ def train_task_lm(steps:int=3000, # AdamW steps
                  ) -> tuple: # (model, tokenizer, FitResult)
     "Train a tiny Llama from scratch on `task_document`s mixed with `recall_document`s."
     if not 0 <= recall_frac <= 1: raise ConfigError(f"recall_frac={recall_frac}.", "A fraction in [0, 1].", "Use e.g. 0.5.")
-    tok = task_tokenizer()
-    model = tiny_lm('llama', vocab_size=len(tok), seed=seed, **{**TASK_LM, **shape})
+    tokenizer = task_tokenizer()
+    model = tiny_lm('llama', vocab_size=len(tokenizer), seed=seed, **{**TASK_LM, **shape})
     def batches(step, gen):
         rng = random.Random(int(torch.randint(0, 2**62, (1,), generator=gen)))
         docs = [recall_document(rng, n_questions) if rng.random() < recall_frac else task_document(rng, n_questions) for _ in range(batch_size)]
-        return pad_right([tok(d, add_special_tokens=False)['input_ids'] for d in docs], tok.pad_token_id)
+        return pad_right([tokenizer(d, add_special_tokens=False)['input_ids'] for d in docs], pad_id(tokenizer))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98))
     res = fit(model, batches, lm_loss, steps, seed=seed, warmup=min(200, steps // 10), grad_clip=1.0, schedule='constant', optimizer=opt, progress=progress)
-    return model.eval(), tok, res
+    return model.eval(), tokenizer, res
 
 def load_task_lm(name:str='orion_task_lm' # Asset written by tools/make_orion_assets.py
-                ) -> tuple: # (model, tokenizer)
+                ) -> tuple: # (model, tokenizer, meta): meta is the asset's JSON (shape, vocabulary, recipe, held-out accuracy)
     "The shipped tiny Llama trained by `train_task_lm`, with `task_tokenizer()`."
     tensors, meta = load_asset(name)
-    tok = task_tokenizer()
-    if meta.get('vocab') not in (None, tok.convert_ids_to_tokens(list(range(len(tok))))):
+    tokenizer = task_tokenizer()
+    if meta.get('vocab') not in (None, tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
         raise ConfigError(f"Asset {name!r} was trained with another vocabulary than today's `task_tokenizer()`.", "`DOMAINS` changed since it was made.", "Re-run tools/make_orion_assets.py.")
-    model = tiny_lm('llama', vocab_size=len(tok), **meta['tiny_lm'])
+    model = tiny_lm('llama', vocab_size=len(tokenizer), **meta['tiny_lm'])
     model.load_state_dict(tensors)
-    return model.eval(), tok
+    return model.eval(), tokenizer, meta
 
 # %% ../../nbs/papers/16_orion.ipynb #5214389e
-def top_tokens(tok, # A tokenizer
+def top_tokens(tokenizer, # A tokenizer
                logits:torch.Tensor, # (vocab,) logits
                k:int=5 # How many
               ) -> list[tuple[str, float]]:
-    "The `k` most probable next tokens and their probabilities."
-    p = logits.float().softmax(-1)
-    v, i = p.topk(k)
-    return [(tok.decode([j]), x) for j, x in zip(i.tolist(), v.tolist())]
+    "The `k` most probable next tokens and their probabilities (softmax in float32 at least)."
+    if not torch.is_tensor(logits) or logits.dim() != 1:
+        raise ShapeError(f"top_tokens got {'logits of shape ' + str(tuple(logits.shape)) if torch.is_tensor(logits) else type(logits).__name__}.", "One position's logits, shape (vocab,).", "Pass e.g. `last_logits(model, batch)[0]`.")
+    v, i = _probs(logits).topk(k)
+    return [(tokenizer.decode([j]), x) for j, x in zip(i.tolist(), v.tolist())]
+
+@result
+class PatchReport:
+    "What request-patching one item at one site does."
+    site:str # The site patched
+    source:str # The source prompt (R1, C1)
+    destination:str # The destination prompt (R2, C2)
+    answers:dict # {'r1c1', 'r2c2', 'r1c2'}: the three answers
+    unpatched:list # The destination's top-k (token, probability)
+    patched:list # The same with the patch
 
 def patch_report(model, # A causal LM
-                 tok, # Its tokenizer
+                 tokenizer, # Its tokenizer
                  item:Item, # One item
                  site, # A site, e.g. 'resid_post(12)'
                  k:int=5 # Top tokens shown
-                ) -> dict: # source and destination prompts, the three answers, top-k tokens unpatched and patched
+                ) -> PatchReport:
     "What request-patching `item` at `site` does: prompts, answers, and the destination's top-`k` tokens without and with the patch."
-    src, dst = prompt(tok, item.domain, item.c1, item.r1), prompt(tok, item.domain, item.c2, item.r2)
-    r = request_patch(model, encode_left(tok, [src]), encode_left(tok, [dst]), [site])
-    return dict(source=src, destination=dst, answers={t: item.answer(*_TASKS[t](item)) for t in _TASKS},
-                unpatched=top_tokens(tok, r.dst[0], k), patched=top_tokens(tok, r.patched[str(site)][0], k))
+    check_causal_lm(model, 'patch_report')
+    src, dst = prompt(tokenizer, item.domain, item.c1, item.r1), prompt(tokenizer, item.domain, item.c2, item.r2)
+    r = request_patch(model, encode_left(tokenizer, [src]), encode_left(tokenizer, [dst]), [site])
+    return PatchReport(str(as_site(site)), src, dst, {t: item.answer(*_TASKS[t](item)) for t in _TASKS},
+                       top_tokens(tokenizer, r.dst[0], k), top_tokens(tokenizer, r.patched[str(as_site(site))][0], k))
 
 # %% ../../nbs/papers/16_orion.ipynb #46a7027b
 def show_patch(model, # A causal LM
-               tok, # Its tokenizer
+               tokenizer, # Its tokenizer
                item:Item, # One item
                site, # A site
                k:int=5 # Top tokens shown
               ) -> pd.DataFrame:
     "Print `patch_report`'s prompts and answers; return the top-`k` tokens without and with the patch side by side."
-    rep = patch_report(model, tok, item, site, k)
-    print(f"--- source (R1, C1) ---\n{rep['source']}\n--- destination (R2, C2) ---\n{rep['destination']}")
-    print('answers: ' + ', '.join(f"{t.upper()} = {a}" for t, a in rep['answers'].items()))
-    return pd.DataFrame({'unpatched': [f"{t!r} {p:.3f}" for t, p in rep['unpatched']], f'patched {site}': [f"{t!r} {p:.3f}" for t, p in rep['patched']]})
+    check_causal_lm(model, 'show_patch')
+    rep = patch_report(model, tokenizer, item, site, k)
+    print(f"--- source (R1, C1) ---\n{rep.source}\n--- destination (R2, C2) ---\n{rep.destination}")
+    print('answers: ' + ', '.join(f"{t.upper()} = {a}" for t, a in rep.answers.items()))
+    return pd.DataFrame({'unpatched': [f"{t!r} {p:.3f}" for t, p in rep.unpatched], f'patched {rep.site}': [f"{t!r} {p:.3f}" for t, p in rep.patched]})
 
 # %% ../../nbs/papers/16_orion.ipynb #2cca7e8d
 def plot_sweep(res:SweepResult, # Output of `sweep`
                domain:str='code', # A domain in `res`
-               site:str='resid_post' # 'resid_post', 'attn_out' or 'mlp_out'
+               site:str='resid_post' # A site name of `res.scores.site` with layers: 'resid_post', 'attn_out', 'mlp_out', ...
               ):
     "Accuracy of $R_1(C_2)$, $R_1(C_1)$ and $R_2(C_2)$ against the patched layer."
     sc = res.scores
     check_choice('domain', domain, sorted(sc.domain.unique())); check_choice('site', site, sorted(sc.site.unique()))
-    d = sc[(sc.domain == domain) & (sc.site == site)].set_index('layer')
-    return line_plot({'R1(C2)': d.acc_r1c2, 'R1(C1)': d.acc_r1c1, 'R2(C2)': d.acc_r2c2}, xlabel=f'layer ({site}, last position)', ylabel='top-1 accuracy', title=f'{domain}: n={d.n.iloc[0]}')
+    d = sc[(sc.domain == domain) & (sc.site == site)]
+    if d.layer.isna().all(): raise ConfigError(f"Site {site!r} of the sweep has no layer.", "plot_sweep draws canonical sites against their layer.", "Sweep canonical sites such as resid_post(3).")
+    d = d.set_index('layer').sort_index()
+    return line_plot({'R1(C2)': d.acc_r1c2, 'R1(C1)': d.acc_r1c1, 'R2(C2)': d.acc_r2c2}, x=d.index.to_numpy(), markers=True, xlabel=f'layer ({site}, last position)', ylabel='top-1 accuracy', title=f'{domain}: n={d.n.iloc[0]}')

@@ -4,24 +4,23 @@
 
 # %% ../../nbs/papers/02_rsvc.ipynb #9350e9f6
 from __future__ import annotations
-import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 import numpy as np, pandas as pd, torch
 import torch.nn.functional as F
 from torch import nn
 from ..errors import ConfigError, ShapeError, check_choice, check_finite
-from ..models import evaluating
+from ..models import evaluating, model_device, model_dtype, to_model, check_batch_size, iter_batches, logits_of
 from ..hooks import capture, patch
+from ..results import result
 
 # %% auto #0
-__all__ = ['POOLS', 'SHARED_R2', 'TOY_LAYER', 'SQUARE_COLOUR', 'TOY_MODELS', 'Patches', 'patchify', 'pool_acts', 'pooled_acts',
+__all__ = ['POOLS', 'SHARED_R2', 'TOY_SITE', 'SQUARE_COLOUR', 'TOY_MODELS', 'Patches', 'patchify', 'pool_acts', 'pooled_acts',
            'Concepts', 'extract_concepts', 'pearson_matrix', 'lasso_r2', 'concept_logit_fn', 'concept_attributions',
-           'Comparison', 'compare', 'top_patches', 'concept_match', 'ToyDigits', 'paste_square', 'toy_digits', 'ToyCNN',
-           'train_toy_cnn', 'load_toy_models']
+           'Comparison', 'compare', 'top_patches', 'ConceptMatch', 'concept_match', 'ToyDigits', 'paste_square',
+           'toy_digits', 'ToyCNN', 'train_toy_cnn', 'ToyModels', 'load_toy_models']
 
 # %% ../../nbs/papers/02_rsvc.ipynb #6f03341f
-@dataclass(repr=False)
+@result
 class Patches:
     "Square crops of a batch of images, each resized to the images' size, with where they came from."
     x: torch.Tensor # (n, C, H, W) the resized crops
@@ -34,6 +33,7 @@ def _as_images(images):
     x = torch.as_tensor(images)
     if x.ndim != 4: raise ShapeError(f"images has shape {tuple(x.shape)}.", "Valid: (N, C, H, W), a batch of images as the model takes them.",
                                      "Add a batch dimension (x[None]) or a channel dimension (x[:, None]).")
+    if not len(x): raise ShapeError("images is empty (0 images).", "At least one image.", "Pass the images of the class.")
     return check_finite('images', x.float() if not x.is_floating_point() else x)
 
 def _starts(n, size, stride):
@@ -46,7 +46,7 @@ def patchify(images, # (N, C, H, W) images
              stride:int|None=None, # Step between crops; None: size // 2. A last crop is added flush with the border
              resize:bool=True # Resize each crop to (H, W), as the paper does; False keeps (size, size)
             ) -> Patches:
-    "Cut every image into a grid of square crops, resized (bilinear) to the image size."
+    "Cut every image into a grid of square crops, resized (bilinear) to the image size; the crops stay on the images' device."
     x = _as_images(images)
     H, W = x.shape[-2:]
     stride = stride or max(1, size // 2)
@@ -59,82 +59,94 @@ def patchify(images, # (N, C, H, W) images
     return Patches(crops, torch.arange(n).repeat_interleave(len(boxes)), torch.tensor(boxes).repeat(n, 1))
 
 # %% ../../nbs/papers/02_rsvc.ipynb #b068a9f2
-POOLS = ('mean', 'cls') # 'mean': average over all positions (space or tokens); 'cls': token 0 of (N, T, D)
+POOLS = ('auto', 'mean', 'cls') # 'auto': 'cls' for tokens (N, T, D), else 'mean'; 'mean': average over all positions (space or tokens); 'cls': token 0 of (N, T, D)
 
-def pool_acts(act:torch.Tensor, # A layer's output (N, C, ...) or (N, T, D)
-              pool='mean' # One of `POOLS`, or a function (N, ...) -> (N, d)
+def _pool_kind(pool:str, act:torch.Tensor) -> str:
+    "The pool that `pool` stands for on `act`: 'auto' is 'cls' on a token sequence (N, T, D) and 'mean' otherwise."
+    if pool == 'auto': return 'cls' if act.ndim == 3 else 'mean'
+    return pool
+
+def _upcast(t:torch.Tensor) -> torch.Tensor:
+    "`t` in at least float32 (bfloat16 and float16 sums lose digits); float64 stays float64."
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+def pool_acts(act:torch.Tensor, # An activation (N, C, H, W), (N, T, D) or (N, d)
+              pool='auto' # One of `POOLS`, or a function (N, ...) -> (N, d)
              ) -> torch.Tensor: # (N, d)
-    "One vector per input: the mean over positions, the class token, or your own pooling."
+    "One vector per input: the class token, the mean over positions, or your own pooling."
     if callable(pool): out = pool(act)
     else:
         check_choice('pool', pool, POOLS)
-        if pool == 'cls':
-            if act.ndim != 3: raise ShapeError(f"pool='cls' got an activation of shape {tuple(act.shape)}.", "It needs (N, tokens, d).", "Use pool='mean' for convolutional maps.")
+        if _pool_kind(pool, act) == 'cls':
+            if act.ndim != 3: raise ShapeError(f"pool='cls' got an activation of shape {tuple(act.shape)}.", "It needs (N, tokens, d).", "Use pool='mean' (or 'auto') for convolutional maps.")
             out = act[:, 0]
-        elif act.ndim == 4: out = act.mean((-2, -1))   # (N, C, H, W): average over space
-        elif act.ndim == 3: out = act.mean(1)          # (N, T, D): average over tokens
+        elif act.ndim == 4: out = _upcast(act).mean((-2, -1))   # (N, C, H, W): average over space
+        elif act.ndim == 3: out = _upcast(act).mean(1)          # (N, T, D): average over tokens
         elif act.ndim == 2: out = act
         else: raise ShapeError(f"Cannot pool an activation of shape {tuple(act.shape)}.", "Valid: (N, d), (N, T, d) or (N, C, H, W).", "Pass pool=your_function.")
-    if out.ndim != 2: raise ShapeError(f"Pooling gave shape {tuple(out.shape)}.", "It must give one vector per input, (N, d).", "Fix the pooling function.")
+    if not torch.is_tensor(out) or out.ndim != 2:
+        raise ShapeError(f"Pooling gave {type(out).__name__} of shape {tuple(getattr(out, 'shape', ()))}.", "It must give one vector per input, (N, d).", "Fix the pooling function.")
     return out
 
 def pooled_acts(model:nn.Module, # Any vision model (not changed)
-                layer:str, # Module path of the layer, e.g. 'layer4' or 'features.7'
-                x, # Inputs (N, C, H, W)
-                pool='mean', # One of `POOLS` or a function, see `pool_acts`
+                site, # Where to read: a module path such as 'layer4' or 'features.7', or a `Site`
+                x, # Inputs (N, C, H, W); they go to the model's device and dtype
+                pool='auto', # One of `POOLS` or a function, see `pool_acts`
                 batch_size:int=256 # Inputs per forward pass
-               ) -> torch.Tensor: # (N, d) float32 on the CPU
-    "The pooled activations of `model` at `layer` for every input."
+               ) -> torch.Tensor: # (N, d) on the CPU, float32 (float64 for a float64 model)
+    "The pooled activations of `model` at `site` for every input, on the CPU."
     x = _as_images(x)
-    dev = next(model.parameters(), torch.empty(0)).device
+    check_batch_size(batch_size)
     outs = []
-    with evaluating(model), torch.no_grad(), capture(model, layer) as cache:
-        for i in range(0, len(x), batch_size):
-            model(x[i:i + batch_size].to(dev))
-            outs.append(pool_acts(cache[layer], pool).float().cpu())
-    return check_finite(f'Activations at {layer!r}', torch.cat(outs))
+    with evaluating(model), torch.no_grad(), capture(model, site) as cache:
+        for b in iter_batches(x, batch_size):
+            model(to_model(model, b))
+            outs.append(_upcast(pool_acts(cache[site], pool)).cpu())
+    return check_finite(f'Activations at {site!r}', torch.cat(outs))
 
 # %% ../../nbs/papers/02_rsvc.ipynb #987a8f38
-@dataclass(repr=False)
+@result
 class Concepts:
-    "Concept vectors W (k, d) and the coefficients U (n, k) of the activations they were fit on: A ≈ U W."
-    W: torch.Tensor # (k, d) one concept per row, non-negative
-    U: torch.Tensor # (n, k) non-negative coefficients of the fitted activations
+    "Concept vectors W (n_concepts, d) and the coefficients U (n, n_concepts) of the activations they were fit on: A ≈ U W."
+    W: torch.Tensor # (n_concepts, d) one concept per row, non-negative, float32 on the CPU
+    U: torch.Tensor # (n, n_concepts) non-negative coefficients of the fitted activations
     error: float # Relative reconstruction error ‖A − U W‖_F / ‖A‖_F on the fitted activations
     nmf: object # The fitted `sklearn.decomposition.NMF`
     def __len__(self): return self.W.shape[0]
-    def __repr__(self): return f"Concepts(k={len(self)}, d={self.W.shape[1]}, n_fit={self.U.shape[0]}, error={self.error:.4f}, n_iter={self.nmf.n_iter_})"
-    def transform(self, acts # Non-negative activations (m, d) of the same layer
-                 ) -> torch.Tensor: # (m, k)
-        "Coefficients of new activations, with the concept vectors fixed."
+    def __repr__(self): return f"Concepts(n_concepts={len(self)}, d={self.W.shape[1]}, n_fit={self.U.shape[0]}, error={self.error:.4f}, n_iter={self.nmf.n_iter_})"
+    def transform(self, acts # Non-negative activations (m, d) of the same site
+                 ) -> torch.Tensor: # (m, n_concepts), float32 on the CPU
+        "Coefficients of new activations, with the concept vectors fixed (solved in float64 by scikit-learn)."
         a = _check_acts(acts, 'acts', d=self.W.shape[1])
         return torch.as_tensor(self.nmf.transform(a.double().numpy()), dtype=torch.float32)
-    def reconstruct(self, U=None # Coefficients (m, k); None: the fitted ones
+    def reconstruct(self, U=None # Coefficients (m, n_concepts); None: the fitted ones
                    ) -> torch.Tensor: # (m, d)
         "The activations U W that the coefficients stand for."
-        return (self.U if U is None else torch.as_tensor(U, dtype=torch.float32)) @ self.W
+        return (self.U if U is None else torch.as_tensor(U, dtype=torch.float32).cpu()) @ self.W
 
 def _check_acts(acts, name, d=None):
-    a = check_finite(name, torch.as_tensor(acts).detach().float().cpu())
+    a = torch.as_tensor(acts).detach().cpu()
+    a = check_finite(name, a.to(torch.promote_types(a.dtype, torch.float32)))
     if a.ndim != 2: raise ShapeError(f"{name} has shape {tuple(a.shape)}.", "Valid: (n, d), one pooled activation per row.", "Pool the activations, e.g. with `pooled_acts`.")
-    if d is not None and a.shape[1] != d: raise ShapeError(f"{name} has {a.shape[1]} features.", f"The concepts were fit on {d}.", "Use activations of the same layer of the same model.")
+    if d is not None and a.shape[1] != d: raise ShapeError(f"{name} has {a.shape[1]} features.", f"The concepts were fit on {d}.", "Use activations of the same site of the same model.")
     if (a < 0).any():
         raise ConfigError(f"{name} has negative values (min {a.min().item():.3g}).", "NMF needs non-negative activations.",
-                          "Choose a layer that follows a ReLU (e.g. a CNN's last ReLU), or make them non-negative first.")
+                          "Choose a site that follows a ReLU (e.g. a CNN's last ReLU), or make them non-negative first.")
     return a
 
 def extract_concepts(acts, # Non-negative activations (n, d), e.g. from `pooled_acts` on one class's patches
-                     k:int=10, # Number of concepts (the paper uses 10)
+                     n_concepts:int=10, # Number of concepts (the paper uses 10)
                      seed:int=0, # `random_state` of the NMF
                      max_iter:int=1000, # Most iterations of the NMF solver
                      tol:float=1e-4 # Stopping tolerance of the solver (scikit-learn's default)
                     ) -> Concepts:
-    "Factor activations into k non-negative concepts with scikit-learn's NMF: acts ≈ U W."
+    "Factor activations into `n_concepts` non-negative concepts with scikit-learn's NMF (float64, CPU): acts ≈ U W."
     from sklearn.decomposition import NMF
     a = _check_acts(acts, 'acts')
-    if not 1 <= k <= min(a.shape): raise ConfigError(f"k={k} concepts from activations of shape {tuple(a.shape)}.", f"Valid: 1..{min(a.shape)} (at most the number of rows and of features).", "Use fewer concepts or more patches.")
-    if not a.any(): raise ConfigError("acts is all zeros.", "NMF needs some positive activation.", "Check the layer and the inputs.")
-    nmf = NMF(n_components=k, init='nndsvda', solver='cd', max_iter=max_iter, tol=tol, random_state=seed)
+    if not 1 <= n_concepts <= min(a.shape):
+        raise ConfigError(f"n_concepts={n_concepts} from activations of shape {tuple(a.shape)}.", f"Valid: 1..{min(a.shape)} (at most the number of rows and of features).", "Use fewer concepts or more patches.")
+    if not a.any(): raise ConfigError("acts is all zeros.", "NMF needs some positive activation.", "Check the site and the inputs.")
+    nmf = NMF(n_components=n_concepts, init='nndsvda', solver='cd', max_iter=max_iter, tol=tol, random_state=seed)
     A = a.double().numpy()
     U = nmf.fit_transform(A)
     err = float(np.linalg.norm(A - U @ nmf.components_) / np.linalg.norm(A))
@@ -187,68 +199,80 @@ def lasso_r2(X, # Activations of model B (n, d)
     return torch.as_tensor(np.mean(scores, 0), dtype=torch.float32)
 
 # %% ../../nbs/papers/02_rsvc.ipynb #ec1c6768
+def _builtin_pool(pool) -> bool: return not callable(pool) and pool in POOLS
+
 def concept_logit_fn(model:nn.Module, # The model (not changed)
-                     layer:str, # Module path of the layer the concepts live at
-                     W, # Concept vectors (k, d)
+                     site, # Where the concepts live: a module path or a `Site`
+                     W, # Concept vectors (n_concepts, d)
                      target:int, # Class whose logit to read
-                     pool='mean', # How the layer was pooled: 'mean' or 'cls' (`POOLS`)
-                     head:Callable|None=None # Pooled activations (m, d) -> logits; None: run the model with the layer patched
-                    ) -> Callable: # f(u, x=None) -> (m,) logits of `target`
+                     pool='auto', # How the site was pooled: one of `POOLS`
+                     head:Callable|None=None # Pooled activations (m, d) -> logits; None: run the model with the site patched
+                    ) -> Callable: # f(u, x=None) -> (m,) logits of `target`, in u's dtype
     "The class logit as a function of concept coefficients u: rest_of_model(u @ W)[:, target]."
-    W = torch.as_tensor(W, dtype=torch.float32)
+    W = torch.as_tensor(W)
     if head is not None:
-        def f(u, x=None): return head(u @ W.to(u))[:, target]
+        dt = model_dtype(head if isinstance(head, nn.Module) else model)
+        def f(u, x=None): return logits_of(head((u @ W.to(u)).to(dt)))[:, target].to(u.dtype)
         return f
-    if callable(pool) or pool not in POOLS:
-        raise ConfigError(f"pool={pool!r} with head=None.", "Patching the layer needs pool='mean' or 'cls' to know where the reconstruction goes.",
+    if not _builtin_pool(pool):
+        raise ConfigError(f"pool={pool!r} with head=None.", f"Patching the site needs one of {POOLS} to know where the reconstruction goes.",
                           "Pass head=fn that maps pooled activations to logits.")
     def f(u, x):
         rec = u @ W.to(u)
         def put(act):
-            if pool == 'cls':
+            kind = _pool_kind(pool, act)
+            if kind == 'cls' and act.ndim != 3: raise ShapeError(f"pool='cls' got an activation of shape {tuple(act.shape)} at {site!r}.", "It needs (N, tokens, d).", "Use pool='mean' for convolutional maps.")
+            d = act.shape[1] if act.ndim == 4 else act.shape[-1]
+            if rec.shape[-1] != d: raise ShapeError(f"The concepts have {rec.shape[-1]} features but {site!r} outputs {tuple(act.shape)}.", "Concepts of this site.", "Use the concepts fit at this site of this model.")
+            if kind == 'cls':
                 out = act.clone(); out[:, 0] = rec.to(act.dtype)
                 return out
-            if rec.shape[-1] != act.shape[1 if act.ndim == 4 else -1]:
-                raise ShapeError(f"The concepts have {rec.shape[-1]} features but {layer!r} outputs {tuple(act.shape)}.", "Use the concepts of this layer.", "")
             if act.ndim == 4: return rec[:, :, None, None].to(act.dtype).expand_as(act)
             if act.ndim == 3: return rec[:, None, :].to(act.dtype).expand_as(act)
             return rec.to(act.dtype)
-        with patch(model, {layer: put}): return model(x)[:, target]
+        with patch(model, {site: put}): return logits_of(model(to_model(model, x)))[:, target].to(u.dtype)
     return f
 
 def concept_attributions(model:nn.Module, # The model (not changed: eval mode while it runs, modes restored)
-                         layer:str, # Module path of the layer
-                         concepts:Concepts, # From `extract_concepts` on this model and layer
+                         site, # Where the concepts live: a module path or a `Site`
+                         concepts:Concepts, # From `extract_concepts` on this model and site
                          x, # Patches (m, C, H, W), e.g. `Patches.x`
                          target:int, # The class
-                         pool='mean', # As for `pooled_acts`
+                         pool='auto', # As for `pooled_acts`
                          head:Callable|None=None, # See `concept_logit_fn`
                          n_steps:int=50, # Integration steps
                          method:str='gausslegendre', # Captum's integration rule
-                         internal_batch_size:int|None=4096, # Rows per forward pass inside Captum
+                         batch_size:int=256, # Rows per forward pass: patches for the activations, patches × steps for the integral
                          return_delta:bool=False # Also return the completeness error per patch
                         ):
-    "Integrated gradients of the class logit w.r.t. each patch's concept coefficients (baseline 0): (m, k)."
+    "Integrated gradients of the class logit w.r.t. each patch's concept coefficients (baseline 0): (m, n_concepts), float32 on the CPU."
     from captum.attr import IntegratedGradients
     x = _as_images(x)
-    if target < 0: raise ConfigError(f"target={target} is negative.", "It is a class index.", "Pass the class.")
-    U = concepts.transform(pooled_acts(model, layer, x, pool))
-    f = concept_logit_fn(model, layer, concepts.W, target, pool, head)
-    dev = next(model.parameters(), torch.empty(0)).device
+    check_batch_size(batch_size)
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or target < 0:
+        raise ConfigError(f"target={target!r} is not a class index.", "A class index 0..n_classes-1.", "Pass the class.")
+    U = concepts.transform(pooled_acts(model, site, x, pool, batch_size))
+    f = concept_logit_fn(model, site, concepts.W, target, pool, head)
+    U = U.to(model_device(model), torch.promote_types(model_dtype(model), torch.float32))   # the integral in float32 at least
+    per = max(1, batch_size // n_steps)   # patches per call: each is integrated on its own, so chunks give the same numbers
+    atts, deltas = [], []
     with evaluating(model):
         with torch.no_grad():
-            try: f(U[:1].to(dev), x[:1].to(dev))
+            try: f(U[:1], x[:1])
             except IndexError: raise ConfigError(f"target={target} is not a class of the model's output.", "Valid: 0..n_classes-1.", "Pass a class index.") from None
         ig = IntegratedGradients(f)
-        att, delta = ig.attribute(U.to(dev), baselines=torch.zeros_like(U).to(dev), additional_forward_args=(x.to(dev),), n_steps=n_steps,
-                                  method=method, internal_batch_size=internal_batch_size, return_convergence_delta=True)
-    att = check_finite('Attributions', att.detach().float().cpu())
-    return (att, delta.detach().cpu()) if return_delta else att
+        for i in range(0, len(x), per):
+            u = U[i:i + per]
+            att, delta = ig.attribute(u, baselines=torch.zeros_like(u), additional_forward_args=None if head is not None else (x[i:i + per],), n_steps=n_steps, method=method,
+                                      internal_batch_size=max(batch_size, 2 * len(u)), return_convergence_delta=True)
+            atts.append(att.detach().float().cpu()); deltas.append(delta.detach().float().cpu())
+    att = check_finite('Attributions', torch.cat(atts))
+    return (att, torch.cat(deltas)) if return_delta else att
 
 # %% ../../nbs/papers/02_rsvc.ipynb #d77e8937
 SHARED_R2 = 0.5 # A concept of A counts as represented in B when B's activations explain at least half its variance (held-out R²)
 
-@dataclass(repr=False)
+@result
 class Comparison:
     "RSVC of model A against model B for one class: one row per concept of A, and what is needed to show them."
     table: pd.DataFrame # One row per concept of A (see the notebook for the columns)
@@ -265,40 +289,51 @@ class Comparison:
         "A's concepts by `unique` score, highest first (important to A and poorly represented in B)."
         return self.table.sort_values('unique', ascending=False)
 
+def _check_pool(name:str, pool, head):
+    "Fail early, naming the argument, on a pool that is neither one of `POOLS` nor a function, or a function without its head."
+    if callable(pool):
+        if head is None: raise ConfigError(f"pool_{name}={pool!r} with head_{name}=None.", f"Patching the site needs one of {POOLS} to know where the reconstruction goes.",
+                                           f"Pass head_{name}=fn that maps pooled activations to logits.")
+    else: check_choice(f'pool_{name}', pool, POOLS)
+
 def compare(model_a:nn.Module, # Model A (not changed)
             model_b:nn.Module, # Model B (not changed)
             fit_images, # Images of the class (N, C, H, W) to fit the concepts on
             target:int, # The class
-            layer_a:str, # Module path of A's layer
-            layer_b:str|None=None, # Module path of B's layer; None: the same as A's
+            site_a, # Where to read A: a module path such as 'layer4', or a `Site`
+            site_b=None, # Where to read B; None: the same as A's
             eval_images=None, # Images of the class to compare on; None: `fit_images`
-            k:int=10, # Concepts per model
+            n_concepts:int=10, # Concepts per model
             patch_size:int|None=None, # Side of a crop; None: half the image side
             stride:int|None=None, # Step between crops; None: half the crop
-            pool='mean', # As for `pooled_acts`
-            head_a:Callable|None=None, # Rest of A after the layer, see `concept_logit_fn`
-            head_b:Callable|None=None, # Rest of B after the layer
+            pool_a='auto', # How A's activations are pooled, see `pool_acts`; 'auto': class token of tokens, spatial mean of maps
+            pool_b='auto', # How B's are pooled
+            head_a:Callable|None=None, # Rest of A after its site, see `concept_logit_fn`
+            head_b:Callable|None=None, # Rest of B after its site
             alpha:float=0.1, # Lasso penalty
             folds:int=5, # Cross-validation folds (over images)
             n_steps:int=50, # Integrated-gradients steps
-            seed:int=0 # Seed of the NMF
+            seed:int=0, # Seed of the NMF
+            batch_size:int=256 # Rows per forward pass (patches; patches × steps in the integrals)
            ) -> Comparison:
     "RSVC for one class: concepts of A and B, their similarity (Pearson, Lasso R²) and A's concept importance."
     fit_images = _as_images(fit_images)
     eval_images = fit_images if eval_images is None else _as_images(eval_images)
-    layer_b = layer_a if layer_b is None else layer_b
+    site_b = site_a if site_b is None else site_b
+    _check_pool('a', pool_a, head_a); _check_pool('b', pool_b, head_b)
+    check_batch_size(batch_size)
     size = patch_size or fit_images.shape[-1] // 2
     pf, pe = patchify(fit_images, size, stride), patchify(eval_images, size, stride)
     cs, coeffs, acts = [], [], []
-    for m, layer in ((model_a, layer_a), (model_b, layer_b)):
-        c = extract_concepts(pooled_acts(m, layer, pf.x, pool), k, seed)
-        a = pooled_acts(m, layer, pe.x, pool)
+    for m, site, pool in ((model_a, site_a, pool_a), (model_b, site_b, pool_b)):
+        c = extract_concepts(pooled_acts(m, site, pf.x, pool, batch_size), n_concepts, seed)
+        a = pooled_acts(m, site, pe.x, pool, batch_size)
         cs.append(c); acts.append(a); coeffs.append(c.transform(a))
     P = pearson_matrix(coeffs[0], coeffs[1])
     r2 = lasso_r2(acts[1], coeffs[0], pe.image, alpha, folds)
     r2_self = lasso_r2(acts[0], coeffs[0], pe.image, alpha, folds)
-    imp = concept_attributions(model_a, layer_a, cs[0], pe.x, target, pool, head_a, n_steps).mean(0)
-    imp_b = concept_attributions(model_b, layer_b, cs[1], pe.x, target, pool, head_b, n_steps).mean(0)
+    imp = concept_attributions(model_a, site_a, cs[0], pe.x, target, pool_a, head_a, n_steps, batch_size=batch_size).mean(0)
+    imp_b = concept_attributions(model_b, site_b, cs[1], pe.x, target, pool_b, head_b, n_steps, batch_size=batch_size).mean(0)
     share = imp / imp.abs().sum().clamp_min(1e-12)
     best = P.max(1)
     table = pd.DataFrame({'importance': imp.numpy(), 'share': share.numpy(), 'match': best.indices.numpy(), 'pearson': best.values.numpy(),
@@ -309,32 +344,45 @@ def compare(model_a:nn.Module, # Model A (not changed)
     return Comparison(table, target, pe, cs[0], cs[1], coeffs[0], coeffs[1], P, imp_b)
 
 # %% ../../nbs/papers/02_rsvc.ipynb #9ba56c49
-def top_patches(coeffs, # Coefficients (n, k)
+def top_patches(coeffs, # Coefficients (n, n_concepts)
                 i:int, # Concept
-                n:int=8 # How many
+                k:int=8 # How many patches to keep
                ) -> torch.Tensor: # Patch indices, strongest first
-    "The n patches with the largest coefficient of concept i."
+    "The k patches with the largest coefficient of concept i (ties: lower index first)."
     coeffs = torch.as_tensor(coeffs)
     if not 0 <= i < coeffs.shape[1]: raise ConfigError(f"Concept {i} does not exist.", f"Valid: 0..{coeffs.shape[1] - 1}.", "Pick a concept index.")
-    return coeffs[:, i].argsort(descending=True, stable=True)[:n]
+    return coeffs[:, i].argsort(descending=True, stable=True)[:k]
+
+@result
+class ConceptMatch:
+    "One concept of A, its best match in B, their scores and top patches (indices into `Comparison.patches`)."
+    concept: int # The concept of A
+    match: int # B's concept with the highest Pearson correlation
+    importance: float # Mean IG of the concept for A's logit
+    share: float # Its share of A's absolute importance
+    pearson: float # Correlation with the match
+    r2: float # Held-out R² of the Lasso from B's activations
+    r2_self: float # The same from A's own activations
+    importance_b: float # Mean IG of the match for B's logit
+    top_a: torch.Tensor # (k,) patches where the concept is strongest
+    top_b: torch.Tensor # (k,) patches where the match is strongest
 
 def concept_match(cmp:Comparison, # From `compare`
                   i:int, # Concept of A
-                  n:int=8 # Top patches per concept
-                 ) -> dict:
+                  k:int=8 # Top patches per concept
+                 ) -> ConceptMatch:
     "Concept i of A, its best match in B, the similarity scores and the top patches of both."
-    row = cmp.table.loc[i] if 0 <= i < len(cmp.table) else None
-    if row is None: raise ConfigError(f"Concept {i} does not exist.", f"Valid: 0..{len(cmp.table) - 1}.", "Pick a concept index.")
+    if not 0 <= i < len(cmp.table): raise ConfigError(f"Concept {i} does not exist.", f"Valid: 0..{len(cmp.table) - 1}.", "Pick a concept index.")
+    row = cmp.table.loc[i]
     j = int(row.match)
-    return dict(concept=i, match=j, importance=float(row.importance), share=float(row.share), pearson=float(row.pearson), r2=float(row.r2),
-                r2_self=float(row.r2_self), importance_b=float(cmp.importance_b[j]),
-                top_a=top_patches(cmp.coeffs_a, i, n), top_b=top_patches(cmp.coeffs_b, j, n))
+    return ConceptMatch(i, j, float(row.importance), float(row.share), float(row.pearson), float(row.r2), float(row.r2_self),
+                        float(cmp.importance_b[j]), top_patches(cmp.coeffs_a, i, k), top_patches(cmp.coeffs_b, j, k))
 
 # %% ../../nbs/papers/02_rsvc.ipynb #dc29195e
-TOY_LAYER = 'features.7' # The last ReLU of `ToyCNN`: the layer the demo compares
+TOY_SITE = 'features.7' # The last ReLU of `ToyCNN`: the site the demo compares
 SQUARE_COLOUR = (1.0, 0.0, 0.0) # Colour of the planted square (RGB)
 
-@dataclass(repr=False)
+@result
 class ToyDigits:
     "Coloured digits with a planted square: images, labels and where the square is."
     x: torch.Tensor # (N, 3, size, size) in 0..1
@@ -350,17 +398,18 @@ def paste_square(x, # Images (N, 3, H, W)
                  seed:int=0, # Seed of the positions
                  colour=SQUARE_COLOUR # RGB
                 ) -> tuple: # (images with squares, (N, H, W) boolean mask of square pixels)
-    "Paste a square of one colour at a random place into the chosen images (copies; the input is not changed)."
+    "Paste a square of one colour at a random place into the chosen images (copies on the images' device; the input is not changed)."
     x, which = _as_images(x).clone(), torch.as_tensor(which, dtype=torch.bool)
     if len(which) != len(x): raise ShapeError(f"which has {len(which)} entries for {len(x)} images.", "One flag per image.", "")
     H, W = x.shape[-2:]
     g = torch.Generator().manual_seed(seed)
     pos = torch.stack([torch.randint(0, H - size + 1, (len(x),), generator=g), torch.randint(0, W - size + 1, (len(x),), generator=g)], 1)
     mask = torch.zeros(len(x), H, W, dtype=torch.bool)
-    for i in torch.nonzero(which).flatten().tolist():
+    for i in torch.nonzero(which.cpu()).flatten().tolist():
         r, c = pos[i].tolist()
         mask[i, r:r + size, c:c + size] = True
-    col = torch.tensor(colour, dtype=x.dtype)[None, :, None, None]
+    mask = mask.to(x.device)
+    col = torch.tensor(colour, dtype=x.dtype, device=x.device)[None, :, None, None]
     return torch.where(mask[:, None], col, x), mask
 
 def toy_digits(split:str='train', # 'train' (1,347 images) or 'test' (450), the split of `interpkit.data.digits`
@@ -398,32 +447,43 @@ class ToyCNN(nn.Module):
     def forward(self, x): return self.head(self.features(x).mean((-2, -1)))
 
 # %% ../../nbs/papers/02_rsvc.ipynb #93e41604
-def train_toy_cnn(data:ToyDigits, # Training images and labels
-                  seed:int=0, # Seed of the initialisation and the batches
+def train_toy_cnn(data:ToyDigits, # Training images and labels (the model is trained on their device, in float32)
                   steps:int=1500, # Optimizer steps
-                  batch:int=64, # Images per step
-                  lr:float=3e-3 # Peak learning rate (cosine schedule)
-                 ) -> tuple: # `(model, FitResult)`, the model in eval mode
+                  batch_size:int=64, # Images per step
+                  lr:float=3e-3, # Peak learning rate (cosine schedule)
+                  seed:int=0, # Seed of the initialisation and the batches
+                  progress:bool=False # Show a progress bar
+                 ) -> tuple: # `(model, None, FitResult)`, the model in eval mode
     "Train a `ToyCNN` on `data` with `interpkit.train.fit`."
     from interpkit.train import fit
-    model = ToyCNN(seed=seed)
+    check_batch_size(batch_size)
+    model = ToyCNN(seed=seed).to(data.x.device)
     def batches(step, g):
-        i = torch.randint(0, len(data), (batch,), generator=g)
+        i = torch.randint(0, len(data), (batch_size,), generator=g)
         dx, dy = torch.randint(-2, 3, (2,), generator=g).tolist()
-        return torch.roll(data.x[i], (dx, dy), (-2, -1)), data.y[i]
-    res = fit(model, batches, lambda m, b: F.cross_entropy(m(b[0]), b[1]), steps=steps, lr=lr, weight_decay=1e-4, seed=seed, progress=False)
-    return model.eval(), res
+        return torch.roll(data.x[i.to(data.x.device)], (dx, dy), (-2, -1)), data.y[i.to(data.y.device)]
+    res = fit(model, batches, lambda m, b: F.cross_entropy(m(b[0]), b[1]), steps=steps, lr=lr, weight_decay=1e-4, seed=seed, progress=progress)
+    return model.eval(), None, res
 
 TOY_MODELS = {'A': dict(square_class=3, seed=0), "A'": dict(square_class=3, seed=1), 'B': dict(square_class=None, seed=0)} # data and seed of each shipped model
 
+@result
+class ToyModels:
+    "The demo's three trained `ToyCNN`s; `A, A2, B = models` unpacks them, `models.items()` pairs them with their names in `TOY_MODELS`."
+    a: nn.Module # A: squares in 70% of the 3s, seed 0
+    a2: nn.Module # A′, the control: the same data, seed 1
+    b: nn.Module # B: no squares, seed 0
+    def __iter__(self): return iter((self.a, self.a2, self.b))
+    def items(self) -> list: return list(zip(TOY_MODELS, self))
+
 def load_toy_models(name:str='rsvc_toy_cnns' # Asset written by `tools/make_rsvc_assets.py`
-                   ) -> tuple: # `({'A': model, "A'": model, 'B': model}, meta)`
+                   ) -> tuple: # `(ToyModels, None, meta)`: the models in eval mode, no tokenizer, the asset's metadata
     "The demo's three trained `ToyCNN`s, rebuilt from their asset."
     from interpkit.train import load_asset
     tensors, meta = load_asset(name)
-    models = {}
+    models = []
     for key in TOY_MODELS:
         m = ToyCNN()
         m.load_state_dict({k.split('/', 1)[1]: v for k, v in tensors.items() if k.split('/', 1)[0] == key})
-        models[key] = m.eval()
-    return models, meta
+        models.append(m.eval())
+    return ToyModels(*models), None, meta

@@ -4,44 +4,30 @@
 
 # %% ../../nbs/papers/10_trackstar.ipynb #c0dc28b8
 from __future__ import annotations
-import copy, hashlib, json, math, os, random, re, shutil, tempfile, time, zlib
-from dataclasses import dataclass, field
+import hashlib, inspect, json, math, os, random, re, shutil, tempfile, time, zlib
+from collections.abc import Mapping
 from pathlib import Path
 import numpy as np, pandas as pd, torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
-from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite, closest
-from ..models import evaluating, pad_right, tiny_lm
-from ..train import quiet, fit
+from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite
+from ..hooks import capture, capture_grads, is_linear, linear_modules, weight_matrix
+from ..models import check_batch_size, check_causal_lm, evaluating, iter_batches, logits_of, mask_positions, pad_id, pad_right, tiny_lm, to_model
+from ..results import result
+from ..train import fit, load_asset, quiet
 
 # %% auto #0
-__all__ = ['PROJECTIONS', 'JOBS', 'RELATIONS', 'FACT_LM', 'linear_modules', 'adam_moments', 'Projection', 'make_projection',
-           'lm_labels', 'example_losses', 'example_grads', 'autocorr', 'inv_sqrt', 'mix', 'blocks_of', 'whiten',
-           'scores', 'model_fingerprint', 'Hits', 'GradIndex', 'FactCorpus', 'fact_corpus', 'WordTokenizer',
-           'encode_texts', 'encode_queries', 'train_fact_lm', 'target_logprob', 'rank_metrics', 'tail_patch',
-           'bm25_scores', 'side_by_side']
+__all__ = ['PROJECTIONS', 'JOBS', 'RELATIONS', 'FACT_LM', 'adam_moments', 'Projection', 'make_projection', 'lm_labels',
+           'example_losses', 'example_grads', 'autocorr', 'inv_sqrt', 'mix', 'blocks_of', 'whiten', 'scores',
+           'model_fingerprint', 'Hits', 'GradIndex', 'FactCorpus', 'fact_corpus', 'WordTokenizer', 'encode_texts',
+           'encode_queries', 'train_fact_lm', 'load_fact_lm', 'load_fact_lm_moments', 'target_logprob', 'rank_metrics',
+           'tail_patch', 'bm25_scores', 'side_by_side']
 
 # %% ../../nbs/papers/10_trackstar.ipynb #1ca8cbb2
-def linear_modules(model:nn.Module, # Any model, e.g. a `transformers` causal LM
-                   names:list[str]|None=None, # Module paths to use; None: every `nn.Linear` except the output head
-                  ) -> dict: # {module path: nn.Linear}, in model order
-    "The linear modules whose weight gradients TrackStar uses."
-    lin = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
-    if names is None:
-        head = model.get_output_embeddings() if hasattr(model, 'get_output_embeddings') else None
-        out = {n: m for n, m in lin.items() if m is not head}
-    else:
-        bad = [n for n in names if n not in lin]
-        if bad: raise ConfigError(f"Modules {bad[:3]} are not nn.Linear modules of {type(model).__name__}.",
-                                  f"It has {len(lin)} linear modules, e.g. {list(lin)[:3]}.", f"Did you mean {closest(bad[0], lin, 1)}?")
-        out = {n: lin[n] for n in lin if n in set(names)}
-    if not out: raise ConfigError(f"{type(model).__name__} has no linear module to take gradients of.", "TrackStar needs nn.Linear weights.", "Pass a model with linear layers.")
-    return out
-
 def adam_moments(optimizer:torch.optim.Optimizer, # An Adam or AdamW that has taken at least one step (e.g. `fit(...).optimizer`)
                  model:nn.Module # The model it trained
-                ) -> dict: # {parameter name: exp_avg_sq}, on the CPU
+                ) -> dict: # {parameter name: exp_avg_sq}, on the CPU, laid out like each parameter
     "The second moments (`exp_avg_sq`) of an Adam(W) optimizer, keyed by parameter name."
     names = {id(p): n for n, p in model.named_parameters()}
     out = {names[id(p)]: s['exp_avg_sq'].detach().cpu().clone() for p, s in optimizer.state.items() if 'exp_avg_sq' in s and id(p) in names}
@@ -49,24 +35,32 @@ def adam_moments(optimizer:torch.optim.Optimizer, # An Adam or AdamW that has ta
                                   "An Adam or AdamW optimizer that has stepped on this model's parameters.", "Train first, or pass moments=None (no optimizer correction).")
     return out
 
+def _modules_of(model, modules):
+    "`modules` as {path: linear layer}: None (every linear layer but the output head), a list of paths, or a dict from `linear_modules`."
+    if modules is None or isinstance(modules, str) or not isinstance(modules, Mapping): return linear_modules(model, modules)
+    bad = [n for n, m in modules.items() if not is_linear(m)]
+    if bad: raise ConfigError(f"modules {bad[:3]} are not linear layers.", "nn.Linear or transformers' Conv1D layers, e.g. from `linear_modules(model)`.", "Pass module paths or `linear_modules(model)`.")
+    if not modules: raise ConfigError("modules is empty.", "At least one linear layer.", "Pass None for all of them.")
+    return dict(modules)
+
 # %% ../../nbs/papers/10_trackstar.ipynb #a18e7c35
 PROJECTIONS = ('two_sided', 'dense', 'none')
 
 def _seed_of(seed:int, name:str) -> int: return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63)
 
-@dataclass
+@result
 class Projection:
     "Seeded random projections of every module's weight gradient."
     kind:str # One of `PROJECTIONS`
     k_out:int # Rows of P_out (two-sided)
     k_in:int # Rows of P_in (two-sided); dense projections have k_out * k_in rows
     seed:int # Seed; each module's matrices come from (seed, module path)
-    mats:dict # {module path: (P_out, P_in)} or {module path: (P,)} or {module path: ()}
+    mats:dict # {module path: (P_out, P_in)} or {module path: (P,)} or {module path: ()}, float32 on the CPU
     def dims(self) -> dict:
         "{module path: projected dimension}."
         return {n: (m[0].shape[0] * m[1].shape[0] if self.kind == 'two_sided' else m[0].shape[0]) if m else None for n, m in self.mats.items()}
 
-def make_projection(shapes:dict, # {module path: (d_out, d_in)}
+def make_projection(shapes:dict, # {module path: (d_out, d_in)}, or {module path: linear layer} as `linear_modules` gives
                     kind:str='two_sided', # One of `PROJECTIONS`
                     k_out:int=16, # Output-side dimension per module
                     k_in:int=16, # Input-side dimension per module
@@ -78,7 +72,8 @@ def make_projection(shapes:dict, # {module path: (d_out, d_in)}
     if kind != 'none' and not (isinstance(k_out, int) and isinstance(k_in, int) and k_out >= 1 and k_in >= 1):
         raise ConfigError(f"k_out={k_out!r}, k_in={k_in!r}.", "Positive integers (16 x 16 per module by default).", "Use e.g. k_out=k_in=16.")
     mats = {}
-    for n, (do, di) in shapes.items():
+    for n, s in shapes.items():
+        do, di = tuple(weight_matrix(s).shape) if isinstance(s, nn.Module) else s
         g = torch.Generator().manual_seed(_seed_of(seed, n))
         if kind == 'two_sided': mats[n] = (torch.randn(k_out, do, generator=g) / math.sqrt(k_out), torch.randn(k_in, di, generator=g) / math.sqrt(k_in))
         elif kind == 'dense':
@@ -98,78 +93,105 @@ def lm_labels(input_ids:torch.Tensor, # (B, T) token ids
     if attention_mask is not None: lab[attention_mask == 0] = -100
     return lab
 
-def example_losses(model:nn.Module, # A causal LM
-                   batch:dict # input_ids, attention_mask (optional), labels (optional; -100 = not scored)
-                  ) -> torch.Tensor: # (B,): mean next-token cross-entropy of each example's labelled tokens
-    "Per-example losses of a batch (no reduction over the batch)."
-    ids = batch['input_ids']
-    mask = batch.get('attention_mask')
-    lab = batch.get('labels')
-    if lab is None: lab = lm_labels(ids, mask)
-    if lab.shape != ids.shape: raise ShapeError(f"labels {tuple(lab.shape)} vs input_ids {tuple(ids.shape)}.", "One label per token.", "Use -100 where no loss is wanted.")
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-    lab = lab[:, 1:]
+def _check_batch(batch):
+    if not (isinstance(batch, Mapping) and torch.is_tensor(batch.get('input_ids')) and batch['input_ids'].dim() == 2):
+        raise ShapeError(f"Got a batch of type {type(batch).__name__}" + (f" with input_ids of shape {tuple(batch['input_ids'].shape)}" if isinstance(batch, Mapping) and torch.is_tensor(batch.get('input_ids')) else '') + '.',
+                         "A dict with input_ids (B, T), optional attention_mask and labels.", "Build it with `encode_texts` or `encode_queries`.")
+    return batch
+
+def _forward(model, batch, params=None):
+    "(batch on the model's device, the model's logits); `params`: run the model with these parameters (`torch.func.functional_call`)."
+    b = to_model(model, _check_batch(batch))
+    kw, pos = dict(input_ids=b['input_ids']), b.get('position_ids')
+    if b.get('attention_mask') is not None:
+        kw['attention_mask'] = b['attention_mask']
+        if pos is None and 'position_ids' in _forward_params(model): pos = mask_positions(b['attention_mask'])  # left padding: count from each row's first real token
+    if pos is not None: kw['position_ids'] = pos
+    out = model(**kw) if params is None else torch.func.functional_call(model, params, args=(), kwargs=kw)
+    return b, logits_of(out)
+
+def _forward_params(model):
+    try: return inspect.signature(model.forward if isinstance(model, nn.Module) else model).parameters
+    except (TypeError, ValueError): return {}
+
+def _labels(b):
+    "The batch's labels, or every real token's."
+    lab = b.get('labels')
+    if lab is None: lab = lm_labels(b['input_ids'], b.get('attention_mask'))
+    if lab.shape != b['input_ids'].shape: raise ShapeError(f"labels {tuple(lab.shape)} vs input_ids {tuple(b['input_ids'].shape)}.", "One label per token.", "Use -100 where no loss is wanted.")
+    return lab
+
+def _example_losses(model, batch, params=None):
+    "Per-example mean next-token cross-entropy, in whatever mode the model is in (upcast to float32 at least)."
+    b, logits = _forward(model, batch, params)
+    lab = _labels(b)[:, 1:].to(logits.device)
+    logits = logits[:, :-1]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100, reduction='none').view(lab.shape)
     n = (lab != -100).sum(1)
     if (n == 0).any(): raise ConfigError(f"Examples {torch.nonzero(n == 0).flatten().tolist()[:5]} have no labelled token after the first.",
                                          "Each example needs at least one scored next token.", "Check labels / padding.")
     return ce.sum(1) / n
 
-# %% ../../nbs/papers/10_trackstar.ipynb #13cd0a51
-def _check_batch(batch):
-    if not (isinstance(batch, dict) and torch.is_tensor(batch.get('input_ids')) and batch['input_ids'].dim() == 2):
-        raise ShapeError(f"Got a batch of type {type(batch).__name__}.", "A dict with input_ids (B, T), optional attention_mask and labels.", "Build it with `encode_texts` or `encode_queries`.")
-    return batch
+def example_losses(model:nn.Module, # A causal LM
+                   batch:dict, # input_ids, attention_mask (optional), labels (optional; -100 = not scored)
+                   batch_size:int=32 # Rows per forward pass
+                  ) -> torch.Tensor: # (B,): mean next-token cross-entropy of each example's labelled tokens, on the model's device
+    "Per-example losses of a batch (no reduction over the batch), in eval mode; gradients flow to the parameters."
+    check_causal_lm(model, 'example_losses')
+    with evaluating(model): return torch.cat([_example_losses(model, b) for b in iter_batches(_check_batch(batch), batch_size)])
 
-def example_grads(model:nn.Module, # A causal LM (a `transformers` model or any module returning `.logits`)
+# %% ../../nbs/papers/10_trackstar.ipynb #13cd0a51
+def _check_modules(mods, proj, moments):
+    missing = [n for n in mods if n not in proj.mats]
+    if missing: raise ConfigError(f"The projection has no matrices for modules {missing[:3]}.", "One entry per module.", "Make it from the same modules: `make_projection(linear_modules(model))`.")
+    for n, m in mods.items():
+        do, di = weight_matrix(m).shape
+        P = proj.mats[n]
+        want = [do, di] if proj.kind == 'two_sided' else [do * di] if proj.kind == 'dense' else []
+        if [p.shape[1] for p in P] != want: raise ShapeError(f"The projection of {n!r} takes {[p.shape[1] for p in P]} inputs; the module's weight is {do} x {di} (out x in).",
+                                                             "Matrices made for this module's shape.", "Make the projection from this model's modules.")
+    if moments is not None:
+        lack = [n for n in mods if f'{n}.weight' not in moments]
+        if lack: raise ConfigError(f"moments has no entry for {lack[0]}.weight (and {len(lack) - 1} more).", "One exp_avg_sq per module weight, keyed by parameter name.", "Take them with `adam_moments`.")
+        bad = [n for n, m in mods.items() if tuple(moments[f'{n}.weight'].shape) != tuple(m.weight.shape)]
+        if bad: raise ShapeError(f"moments[{bad[0]!r}.weight] has shape {tuple(moments[bad[0] + '.weight'].shape)}, the weight {tuple(mods[bad[0]].weight.shape)}.",
+                                 "Each exp_avg_sq laid out like its parameter.", "Take them with `adam_moments` from the optimizer that trained this model.")
+
+def _batch_grads(model, batch, proj, moments, eps, mods):
+    "Per-example projected gradients of one batch: one forward and one backward pass."
+    with evaluating(model), torch.enable_grad(), capture(model, [f'{n}:in' for n in mods]) as acts, capture_grads(model, list(mods)) as cache:
+        loss = _example_losses(model, batch)
+        check_finite('per-example losses', loss.detach())
+        cache.backward(loss.sum())  # row b of each output gradient is example b's: no parameter's .grad is touched
+    res = []
+    for n, m in mods.items():
+        a, d = acts[f'{n}:in'], cache.grads[n]
+        ct = torch.promote_types(a.dtype, torch.float32)  # the outer products in float32 at least (bfloat16 models)
+        a, d = a.reshape(a.shape[0], -1, a.shape[-1]).to(ct), d.reshape(d.shape[0], -1, d.shape[-1]).to(ct)
+        mats = [p.to(a.device, ct) for p in proj.mats[n]]
+        if proj.kind == 'two_sided' and moments is None: r = torch.einsum('btp,btq->bpq', d @ mats[0].T, a @ mats[1].T).flatten(1)
+        else:
+            G = torch.einsum('bto,bti->boi', d, a)  # (B, d_out, d_in)
+            if moments is not None: G = G / (weight_matrix(m, moments[f'{n}.weight']).to(G.device, ct).sqrt() + eps)
+            r = (mats[0] @ G @ mats[1].T).flatten(1) if proj.kind == 'two_sided' else G.flatten(1) @ mats[0].T if proj.kind == 'dense' else G.flatten(1)
+        res.append(r.to(loss.device))  # modules of a device_map sit on different devices
+    return torch.cat(res, 1)
+
+def example_grads(model:nn.Module, # A causal LM (a `transformers` model or any module returning logits)
                   batch:dict, # input_ids (B, T), attention_mask, labels (-100 = not scored)
                   proj:Projection|None=None, # From `make_projection`; None: two-sided 16 x 16, seed 0
                   moments:dict|None=None, # {parameter name: Adam exp_avg_sq} for the optimizer correction; None: none
                   eps:float=1e-8, # Added to sqrt(v) in the correction
-                  modules:dict|None=None # From `linear_modules`; None: all of them
-                 ) -> torch.Tensor: # (B, D) float32: each module's projected gradient, concatenated in model order
-    "Per-example, optimizer-corrected, projected weight gradients of a batch, in one forward and one backward pass."
-    _check_batch(batch)
-    modules = modules if modules is not None else linear_modules(model)
-    if proj is None: proj = make_projection({n: tuple(m.weight.shape) for n, m in modules.items()})
-    missing = [n for n in modules if n not in proj.mats]
-    if missing: raise ConfigError(f"The projection has no matrices for modules {missing[:3]}.", "One entry per module.", "Make it from the same modules.")
-    if moments is not None:
-        lack = [n for n in modules if f'{n}.weight' not in moments]
-        if lack: raise ConfigError(f"moments has no entry for {lack[0]}.weight (and {len(lack) - 1} more).", "One exp_avg_sq per module weight, keyed by parameter name.", "Take them with `adam_moments`.")
-    acts, outs, handles, flags = {}, {}, [], {}
-    def keep(name):
-        def hook(mod, args, out):
-            if name in acts: raise ConfigError(f"Module {name!r} ran twice in one forward pass.", "Each linear module once per pass.", "Leave shared (tied) modules out with `modules=`.")
-            acts[name], outs[name] = args[0].detach(), out
-        return hook
-    try:
-        for n, m in modules.items():
-            flags[n] = m.weight.requires_grad
-            m.weight.requires_grad_(True)
-            handles.append(m.register_forward_hook(keep(n)))
-        with evaluating(model), torch.enable_grad():
-            loss = example_losses(model, batch)
-            check_finite('per-example losses', loss.detach())
-            deltas = torch.autograd.grad(loss.sum(), [outs[n] for n in modules], allow_unused=True)
-    finally:
-        for h in handles: h.remove()
-        for n, m in modules.items(): m.weight.requires_grad_(flags.get(n, m.weight.requires_grad))
-    res = []
-    for (n, m), d in zip(modules.items(), deltas):
-        a = acts[n]
-        if d is None: d = torch.zeros(*a.shape[:-1], m.weight.shape[0], dtype=a.dtype, device=a.device)
-        a, d = a.reshape(a.shape[0], -1, a.shape[-1]).float(), d.detach().reshape(a.shape[0], -1, d.shape[-1]).float()
-        mats = [p.to(a.device) for p in proj.mats[n]]
-        if proj.kind == 'two_sided' and moments is None:
-            res.append(torch.einsum('btp,btq->bpq', d @ mats[0].T, a @ mats[1].T).flatten(1))
-            continue
-        G = torch.einsum('bto,bti->boi', d, a)
-        if moments is not None: G = G / (moments[f'{n}.weight'].to(G.device).float().sqrt() + eps)
-        if proj.kind == 'two_sided': res.append((mats[0] @ G @ mats[1].T).flatten(1))
-        elif proj.kind == 'dense': res.append(G.flatten(1) @ mats[0].T)
-        else: res.append(G.flatten(1))
-    return torch.cat(res, 1)
+                  modules=None, # Module paths, or a dict from `linear_modules`; None: every linear layer but the output head
+                  batch_size:int=32 # Rows per forward and backward pass
+                 ) -> torch.Tensor: # (B, D) on the model's device, float32 (float64 for a float64 model): each module's projected gradient, in model order
+    "Per-example, optimizer-corrected, projected weight gradients of a batch, one forward and one backward pass per `batch_size` rows."
+    check_causal_lm(model, 'example_grads'); _check_batch(batch); check_batch_size(batch_size)
+    mods = _modules_of(model, modules)
+    if proj is None: proj = make_projection(mods)
+    _check_modules(mods, proj, moments)
+    return torch.cat([_batch_grads(model, b, proj, moments, eps, mods) for b in iter_batches(batch, batch_size)])
 
 # %% ../../nbs/papers/10_trackstar.ipynb #3a5389cf
 def autocorr(g:torch.Tensor, # (N, D) gradients
@@ -201,7 +223,7 @@ def mix(R_train:torch.Tensor, # Training-set autocorrelation
     if not 0 <= lam <= 1: raise ConfigError(f"lam={lam}.", "lam is a weight in [0, 1].", "Use e.g. 0.9.")
     if R_eval is None: return R_train
     if R_eval.shape != R_train.shape: raise ShapeError(f"R_eval {tuple(R_eval.shape)} vs R_train {tuple(R_train.shape)}.", "The same shape.", "Compute both with the same projection.")
-    return lam * R_eval + (1 - lam) * R_train
+    return lam * R_eval + (1 - lam) * R_train.to(R_eval.device, R_eval.dtype)  # on R_eval's (the queries') device
 
 def blocks_of(g:torch.Tensor, # (N, D) gradients
               sizes:list[int], # Dimension of each module's block, summing to D
@@ -215,9 +237,10 @@ def blocks_of(g:torch.Tensor, # (N, D) gradients
 
 def whiten(g:torch.Tensor, # (N, D) gradients
            W:torch.Tensor|None # (D, D), or (M, k, k) blocks, from `inv_sqrt`; None: unchanged
-          ) -> torch.Tensor: # (N, D) float32
-    "Apply R^(-1/2) to gradient rows."
+          ) -> torch.Tensor: # (N, D) float32, on g's device
+    "Apply R^(-1/2) to gradient rows, in float64 on `g`'s device (`W` is moved there)."
     if W is None: return g.float()
+    W = W.to(g.device, torch.float64)
     if W.dim() == 2: return (g.double() @ W).float()
     return torch.einsum('nmi,mij->nmj', g.double().view(g.shape[0], W.shape[0], -1), W).reshape(g.shape).float()
 
@@ -225,10 +248,10 @@ def scores(q:torch.Tensor, # (Q, D) query gradients
            g:torch.Tensor, # (N, D) training gradients
            W:torch.Tensor|None=None, # R^(-1/2) (see `inv_sqrt`); None: no whitening
            unit:bool=True # Unit-normalise both sides (cosine); False: plain inner product
-          ) -> torch.Tensor: # (Q, N)
-    "TrackStar scores of queries against training examples."
+          ) -> torch.Tensor: # (Q, N) float32, on q's device
+    "TrackStar scores of queries against training examples, computed on the queries' device (`g` and `W` are moved there)."
     if q.dim() != 2 or g.dim() != 2 or q.shape[1] != g.shape[1]: raise ShapeError(f"q {tuple(q.shape)} and g {tuple(g.shape)}.", "(Q, D) and (N, D) with the same D.", "Use one projection for both.")
-    q, g = whiten(q, W), whiten(g, W)
+    q, g = whiten(q, W), whiten(g.to(q.device), W)
     if unit: q, g = F.normalize(q, dim=1), F.normalize(g, dim=1)
     return q @ g.T
 
@@ -236,12 +259,12 @@ def scores(q:torch.Tensor, # (Q, D) query gradients
 def model_fingerprint(model:nn.Module, # The model
                       modules:dict|None=None # The modules whose gradients are used (shapes enter the fingerprint)
                      ) -> str:
-    "A hash of the model's architecture and weights (per-parameter sums and a few entries)."
+    "A hash of the model's architecture and weights (per-parameter float64 sums and a few entries)."
     h = hashlib.sha256(type(model).__name__.encode())
     for n, p in model.named_parameters():
         x = p.detach().double()
         h.update(f"{n}|{tuple(p.shape)}|{x.sum().item():.6e}|{x.square().sum().item():.6e}|{x.flatten()[:4].tolist()}".encode())
-    for n, m in (modules or {}).items(): h.update(f"{n}:{tuple(m.weight.shape)}".encode())
+    for n, m in (modules or {}).items(): h.update(f"{n}:{tuple(weight_matrix(m).shape)}".encode())
     return h.hexdigest()[:16]
 
 def _moments_fingerprint(moments, modules):
@@ -253,9 +276,9 @@ def _moments_fingerprint(moments, modules):
     return h.hexdigest()[:16]
 
 
-@dataclass
+@result
 class Hits:
-    "Top-k training examples of each query."
+    "Top-k training examples of each query, on the queries' device."
     scores:torch.Tensor # (Q, k), best first
     indices:torch.Tensor # (Q, k) row numbers in the index (corpus order)
     def __repr__(self): return f"Hits(queries={self.scores.shape[0]}, k={self.scores.shape[1]}, best={[round(float(s), 3) for s in self.scores[:3, 0]]}...)"
@@ -279,7 +302,7 @@ class GradIndex:
 
     @classmethod
     def build(cls, model:nn.Module, # The trained model
-              batches, # Iterable of batches (dicts with input_ids, attention_mask, labels), streamed once
+              batches, # A dict of model inputs (input_ids, attention_mask, labels), cut into `batch_size` rows, or an iterable of such dicts, streamed once
               folder:str|Path, # Where to write the index (a new folder)
               moments:dict|None=None, # {parameter name: exp_avg_sq} for the optimizer correction; None: none
               projection:str='two_sided', # One of `PROJECTIONS`
@@ -287,21 +310,27 @@ class GradIndex:
               k_in:int=16, # Input-side projection per module
               seed:int=0, # Seed of the projection
               eps:float=1e-8, # Added to sqrt(v)
-              modules:list[str]|None=None, # Module paths; None: every linear module but the output head
+              modules:list[str]|None=None, # Module paths; None: every linear layer but the output head
               max_full:int=2048, # Largest D with a full R_train; above it R_train is block-diagonal per module
               overwrite:bool=False, # Replace an existing index at `folder`
-              total:int|None=None, # Number of batches, for the progress bar
-              progress:bool=True # Show a progress bar (never under pytest or CI)
+              total:int|None=None, # Number of batches, for the progress bar (known when `batches` is a dict)
+              progress:bool=True, # Show a progress bar (never under pytest or CI)
+              batch_size:int=32 # Rows per forward and backward pass (larger batches of the iterable are cut too)
              ) -> GradIndex:
-        "Stream `batches` through `example_grads` into a new index folder, written atomically."
+        "Stream `batches` through `example_grads` into a new index folder, written atomically; R_train is summed in float64 on the CPU."
+        check_causal_lm(model, 'GradIndex.build'); check_batch_size(batch_size)
         folder = Path(folder)
         if folder.exists() and not overwrite: raise ConfigError(f"{folder} exists.", "build writes a new folder.", "Pass overwrite=True or another folder.")
-        mods = linear_modules(model, modules)
-        proj = make_projection({n: tuple(m.weight.shape) for n, m in mods.items()}, projection, k_out, k_in, seed)
+        if isinstance(batches, Mapping):
+            n_rows = _check_batch(batches)['input_ids'].shape[0]
+            batches, total = iter_batches(batches, batch_size), -(-n_rows // batch_size)
+        mods = _modules_of(model, modules)
+        proj = make_projection(mods, projection, k_out, k_in, seed)
         dims = list(proj.dims().values()) if projection != 'none' else [m.weight.numel() for m in mods.values()]
         D = sum(dims)
         blocked = D > max_full and len(set(dims)) == 1
         if D > max_full and not blocked: raise ConfigError(f"D={D} is above max_full={max_full} and the module blocks differ in size.", "Block-diagonal R needs one block size.", "Raise max_full or use the two-sided projection.")
+        if moments is not None: _check_modules(mods, proj, moments)
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f'.{folder.name}.', dir=folder.parent))
         try:
@@ -309,14 +338,14 @@ class GradIndex:
             n, t0 = 0, time.time()
             with open(tmp/'grads.f32', 'wb') as f:
                 for b in tqdm(batches, total=total, disable=not progress or quiet(), desc='index'):
-                    g = example_grads(model, b, proj, moments, eps, mods)
+                    g = example_grads(model, b, proj, moments, eps, mods, batch_size)
                     f.write(g.cpu().numpy().astype('<f4').tobytes())
-                    R += (blocks_of(g, dims, torch.float32) if blocked else autocorr(g, torch.float32)).double() * g.shape[0]  # float32 per batch, summed in float64
+                    R += (blocks_of(g, dims, torch.float32) if blocked else autocorr(g, torch.float32)).cpu().double() * g.shape[0]  # float32 per batch, summed in float64
                     n += g.shape[0]
             if n == 0: raise ConfigError("batches gave no example.", "At least one batch.", "Check the data.")
             np.save(tmp/'r_train.npy', (R / n).numpy())
             meta = dict(format=cls.FORMAT, n=n, dim=D, projection=projection, k_out=k_out, k_in=k_in, seed=seed, eps=eps, blocked=blocked, block_dims=dims,
-                        modules={k: list(m.weight.shape) for k, m in mods.items()}, model=model_fingerprint(model, mods), model_class=type(model).__name__,
+                        modules={k: list(weight_matrix(m).shape) for k, m in mods.items()}, model=model_fingerprint(model, mods), model_class=type(model).__name__,
                         moments=_moments_fingerprint(moments, mods), seconds=round(time.time() - t0, 2))
             (tmp/'meta.json').write_text(json.dumps(meta, indent=1))
             tmp.chmod(0o755)
@@ -331,7 +360,7 @@ class GradIndex:
 
     def _modules(self, model):
         names = list(self.meta['modules'])
-        lin = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+        lin = {n: m for n, m in model.named_modules() if is_linear(m)}
         mods = {n: lin[n] for n in names if n in lin}
         fp = model_fingerprint(model, mods) if len(mods) == len(names) else None
         if fp != self.meta['model']:
@@ -341,47 +370,53 @@ class GradIndex:
 
     def query_grads(self, model:nn.Module, # The model the index was built with
                     batch:dict, # Queries: input_ids, attention_mask, labels on the target tokens
-                    moments:dict|None=None # The same moments as at build time (None if it had none)
-                   ) -> torch.Tensor: # (Q, D)
+                    moments:dict|None=None, # The same moments as at build time (None if it had none)
+                    batch_size:int=32 # Queries per forward and backward pass
+                   ) -> torch.Tensor: # (Q, D) on the model's device
         "Projected, corrected gradients of queries, checked against the index's model and moments."
+        check_causal_lm(model, 'GradIndex.query_grads')
         mods = self._modules(model)
         if (moments is None) != (self.meta['moments'] is None) or (moments is not None and _moments_fingerprint(moments, mods) != self.meta['moments']):
             raise ConfigError(f"moments {'None' if moments is None else _moments_fingerprint(moments, mods)} differ from the index's ({self.meta['moments']}).",
                               "The optimizer correction must be the one used at build time.", "Pass the same exp_avg_sq (or None if the index was built without).")
         m = self.meta
-        proj = make_projection({n: tuple(x.weight.shape) for n, x in mods.items()}, m['projection'], m['k_out'], m['k_in'], m['seed'])
-        return example_grads(model, batch, proj, moments, m['eps'], mods)
+        proj = make_projection(mods, m['projection'], m['k_out'], m['k_in'], m['seed'])
+        return example_grads(model, batch, proj, moments, m['eps'], mods, batch_size)
 
     def whitener(self, q:torch.Tensor|None=None, # Query gradients for R_eval; None: R_train alone
                  lam:float=0.9, # Weight of R_eval
                  damping:float=1e-3 # See `inv_sqrt`
-                ) -> torch.Tensor:
-        "R^(-1/2) for R = lam R_eval + (1 - lam) R_train."
+                ) -> torch.Tensor: # R^(-1/2), float64, on q's device (the CPU when q is None)
+        "R^(-1/2) for R = lam R_eval + (1 - lam) R_train, computed on the queries' device."
         R_eval = None if q is None else (blocks_of(q, self.meta['block_dims']) if self.meta['blocked'] else autocorr(q))
         return inv_sqrt(mix(self.R_train, R_eval, lam), damping)
 
-    def chunks(self, size:int=4096):
-        "Yield (start, (n, D) float32 tensor) over the stored gradients."
-        for s in range(0, self.n, size): yield s, torch.from_numpy(np.array(self.grads[s:s+size]))
+    def chunks(self, batch_size:int=4096 # Rows per chunk
+              ):
+        "Yield (start, (n, D) float32 tensor on the CPU) over the stored gradients."
+        check_batch_size(batch_size)
+        for s in range(0, self.n, batch_size): yield s, torch.from_numpy(np.array(self.grads[s:s+batch_size]))
 
     def topk(self, q:torch.Tensor, # (Q, D) query gradients
              k:int=10, # How many examples per query
              W:torch.Tensor|None=None, # R^(-1/2); None: no whitening
              unit:bool=True, # Cosine (True) or inner product
-             chunk:int=4096 # Rows read at a time
-            ) -> Hits:
-        "Stream the index and keep each query's k best examples."
+             batch_size:int=4096 # Rows of the index scored at a time
+            ) -> Hits: # On q's device
+        "Stream the index and keep each query's k best examples; each chunk read from disk is moved to the queries' device, where all the maths runs."
         if q.dim() != 2 or q.shape[1] != self.dim: raise ShapeError(f"q has shape {tuple(q.shape)}.", f"(Q, {self.dim}) for this index.", "Use `query_grads`.")
-        k = min(k, self.n)
+        if not (isinstance(k, int) and k >= 1): raise ConfigError(f"k={k!r}.", "A positive number of examples per query.", "Use e.g. k=10.")
+        k, dev = min(k, self.n), q.device
+        if W is not None: W = W.to(dev, torch.float64)
         qw = whiten(q, W)
         if unit: qw = F.normalize(qw, dim=1)
-        best_s, best_i = torch.full((q.shape[0], 0), -math.inf), torch.zeros((q.shape[0], 0), dtype=torch.long)
-        for s, g in self.chunks(chunk):
-            gw = whiten(g, W)
+        best_s, best_i = torch.full((q.shape[0], 0), -math.inf, device=dev), torch.zeros((q.shape[0], 0), dtype=torch.long, device=dev)
+        for s, g in self.chunks(batch_size):
+            gw = whiten(g.to(dev), W)
             if unit: gw = F.normalize(gw, dim=1)
             sc = qw @ gw.T
             best_s, j = torch.cat([best_s, sc], 1).topk(min(k, best_s.shape[1] + sc.shape[1]), dim=1)
-            best_i = torch.cat([best_i, torch.arange(s, s + g.shape[0]).expand(q.shape[0], -1)], 1).gather(1, j)
+            best_i = torch.cat([best_i, torch.arange(s, s + g.shape[0], device=dev).expand(q.shape[0], -1)], 1).gather(1, j)
         return Hits(best_s, best_i)
 
     def search(self, model:nn.Module, # The model the index was built with
@@ -391,10 +426,11 @@ class GradIndex:
                lam:float=0.9, # Weight of the queries' R_eval in R
                damping:float=1e-3, # See `inv_sqrt`
                whitened:bool=True, # Apply R^(-1/2)
-               unit:bool=True # Unit-normalise
-              ) -> Hits:
+               unit:bool=True, # Unit-normalise
+               batch_size:int=32 # Queries per forward and backward pass
+              ) -> Hits: # On the model's device
         "TrackStar: the top-k training examples of each query."
-        q = self.query_grads(model, batch, moments)
+        q = self.query_grads(model, batch, moments, batch_size)
         return self.topk(q, k, self.whitener(q, lam, damping) if whitened else None, unit)
 
 # %% ../../nbs/papers/10_trackstar.ipynb #6f99350a
@@ -408,7 +444,7 @@ RELATIONS = {  # relation -> (templates, the first one canonical; query prompt)
 _LIKES = ['tea', 'music', 'rain', 'chess', 'apples', 'boats', 'poems', 'dogs']
 _WEATHER = ['cold', 'warm', 'windy', 'dry', 'wet', 'mild']
 
-@dataclass
+@result
 class FactCorpus:
     "Passages, facts and queries of a synthetic fact-tracing task."
     passages:list[str] # Training passages
@@ -471,37 +507,36 @@ class WordTokenizer:
     def decode(self, ids) -> str: return ' '.join(self.vocab[i] for i in torch.as_tensor(ids).flatten().tolist() if i > 1)
     def __repr__(self): return f"WordTokenizer(vocab_size={self.vocab_size})"
 
-def _enc(tok, text):
-    try: return list(tok.encode(text, add_special_tokens=False))
-    except TypeError: return list(tok.encode(text))
+def _enc(tokenizer, text):
+    try: return list(tokenizer.encode(text, add_special_tokens=False))
+    except TypeError: return list(tokenizer.encode(text))
 
-def _bos(tok):
-    b = getattr(tok, 'bos_token_id', None)
+def _bos(tokenizer):
+    b = getattr(tokenizer, 'bos_token_id', None)
     return [b] if b is not None else []
 
-def encode_texts(tok, # A tokenizer with `encode`
+def encode_texts(tokenizer, # A tokenizer with `encode` (a `transformers` tokenizer, `WordTokenizer`)
                  texts:list[str], # Training texts
                  max_len:int|None=None # Truncate to this many tokens
-                ) -> dict: # input_ids, attention_mask, labels (right-padded)
+                ) -> dict: # input_ids, attention_mask, labels (right-padded with `pad_id(tokenizer)`), on the CPU
     "A batch of texts with every token scored."
-    if not texts: raise ConfigError("No texts.", "A non-empty list.", "Pass texts.")
-    rows = [_bos(tok) + _enc(tok, t) for t in texts]
-    pad = getattr(tok, 'pad_token_id', None) or 0
-    return pad_right(rows, pad, max_len=max_len)
+    if isinstance(texts, str) or not len(texts): raise ConfigError(f"encode_texts got {'a string' if isinstance(texts, str) else 'no texts'}.", "A non-empty list of texts.", "Pass a list of texts.")
+    rows = [_bos(tokenizer) + _enc(tokenizer, t) for t in texts]
+    return pad_right(rows, pad_id(tokenizer), max_len=max_len)
 
-def encode_queries(tok, # A tokenizer with `encode`
+def encode_queries(tokenizer, # A tokenizer with `encode`
                    prompts:list[str], # Query prompts, e.g. 'Zorbel lives in'
                    targets:list[str] # Their targets, e.g. 'Quenta' (a space is put between)
-                  ) -> dict: # input_ids, attention_mask, labels on the target tokens only
+                  ) -> dict: # input_ids, attention_mask, labels on the target tokens only (right-padded), on the CPU
     "A batch of (prompt, target) queries; the loss is the target's."
-    if len(prompts) != len(targets) or not prompts: raise ConfigError(f"{len(prompts)} prompts, {len(targets)} targets.", "One target per prompt, at least one.", "Pair them up.")
+    if isinstance(prompts, str) or isinstance(targets, str) or len(prompts) != len(targets) or not len(prompts):
+        raise ConfigError(f"prompts: {prompts!r:.60}, targets: {targets!r:.60}.", "Two lists of strings of one length, at least one pair.", "Pair them up.")
     rows, labs = [], []
     for p, t in zip(prompts, targets):
-        a, full = _bos(tok) + _enc(tok, p), _bos(tok) + _enc(tok, p + ' ' + t)
+        a, full = _bos(tokenizer) + _enc(tokenizer, p), _bos(tokenizer) + _enc(tokenizer, p + ' ' + t)
         if full[:len(a)] != a or len(full) == len(a): raise ConfigError(f"Target {t!r} does not tokenize as a continuation of {p!r}.", "The prompt must end where the target starts.", "Check the pair.")
         rows.append(full); labs.append([-100] * len(a) + full[len(a):])
-    pad = getattr(tok, 'pad_token_id', None) or 0
-    return pad_right(rows, pad, labs)
+    return pad_right(rows, pad_id(tokenizer), labs)
 
 # %% ../../nbs/papers/10_trackstar.ipynb #202e7fdc
 FACT_LM = dict(n_layers=2, d_model=64, n_heads=4, max_len=64)
@@ -511,27 +546,48 @@ def train_fact_lm(corpus:FactCorpus, # From `fact_corpus`
                   batch_size:int=32, # Passages per step
                   lr:float=3e-3, # Peak learning rate
                   seed:int=0, # Seed of the model and of the batches
-                  progress:bool=True # Progress bar
-                 ) -> tuple: # (model, tokenizer, moments {param name: exp_avg_sq}, FitResult)
-    "Train a tiny Llama on the passages of `corpus`; return it with its Adam second moments."
-    tok = WordTokenizer.fit(corpus.passages)
-    model = tiny_lm('llama', vocab_size=tok.vocab_size, seed=seed, **FACT_LM)
-    data = encode_texts(tok, corpus.passages)
+                  progress:bool=True, # Progress bar
+                  device:str|torch.device|None=None # Where to train; None: the CPU
+                 ) -> tuple: # (model, tokenizer, FitResult); Adam's moments: `adam_moments(result.optimizer, model)`
+    "Train a tiny Llama on the passages of `corpus` with AdamW; the optimizer stays readable in the `FitResult`."
+    tokenizer = WordTokenizer.fit(corpus.passages)
+    model = tiny_lm('llama', vocab_size=tokenizer.vocab_size, seed=seed, **FACT_LM)
+    if device is not None: model = model.to(device)
+    data = encode_texts(tokenizer, corpus.passages)
     def batches(step, gen):
         i = torch.randint(0, len(corpus.passages), (batch_size,), generator=gen)
         return {k: v[i] for k, v in data.items()}
-    res = fit(model, batches, lambda m, b: example_losses(m, b).mean(), steps, lr=lr, seed=seed, warmup=min(100, steps // 10), progress=progress)
-    return model.eval(), tok, adam_moments(res.optimizer, model), res
+    res = fit(model, batches, lambda m, b: _example_losses(m, b).mean(), steps, lr=lr, seed=seed, warmup=min(100, steps // 10), progress=progress)
+    return model.eval(), tokenizer, res
+
+def load_fact_lm(name:str='trackstar_fact_lm' # Asset written by tools/make_trackstar_assets.py
+                ) -> tuple: # (model, tokenizer, meta): the tiny Llama in eval mode, its `WordTokenizer`, the asset's metadata
+    "The shipped tiny Llama that `train_fact_lm` trained on `fact_corpus(seed=0)`."
+    tensors, meta = load_asset(name)
+    tokenizer = WordTokenizer(meta['vocab'])
+    model = tiny_lm('llama', **meta['tiny_lm'])
+    model.load_state_dict(tensors)
+    return model.eval(), tokenizer, meta
+
+def load_fact_lm_moments(name:str='trackstar_fact_lm_moments' # Asset written by tools/make_trackstar_assets.py
+                        ) -> dict: # {parameter name: exp_avg_sq}, on the CPU
+    "AdamW's second moments after the last step of the shipped fact LM's training, for the optimizer correction."
+    return load_asset(name)[0]
+
+def _target_logprob(model, batch, params=None):
+    b, logits = _forward(model, batch, params)
+    lab = _labels(b)[:, 1:].to(logits.device)
+    logits = logits[:, :-1]
+    lp = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)
+    return torch.where(lab != -100, lp.gather(2, lab.clamp(min=0)[..., None])[..., 0], 0.).sum(1)  # padding's log-probabilities never enter, even if not finite
 
 def target_logprob(model:nn.Module, # A causal LM
-                   batch:dict # Queries from `encode_queries`
-                  ) -> torch.Tensor: # (Q,) sum of the target tokens' log-probabilities
+                   batch:dict, # Queries from `encode_queries` (no labels: every real token is scored)
+                   batch_size:int=32 # Queries per forward pass
+                  ) -> torch.Tensor: # (Q,) on the model's device: sum of the target tokens' log-probabilities
     "Log-probability of each query's target given its prompt."
-    with evaluating(model), torch.no_grad():
-        lp = model(input_ids=batch['input_ids'], attention_mask=batch['attention_mask']).logits[:, :-1].float().log_softmax(-1)
-    lab = batch['labels'][:, 1:]
-    tok_lp = lp.gather(2, lab.clamp(min=0)[..., None])[..., 0] * (lab != -100)
-    return tok_lp.sum(1)
+    check_causal_lm(model, 'target_logprob')
+    with evaluating(model), torch.no_grad(): return torch.cat([_target_logprob(model, b) for b in iter_batches(_check_batch(batch), batch_size)])
 
 # %% ../../nbs/papers/10_trackstar.ipynb #8d7d581a
 def rank_metrics(S:torch.Tensor, # (Q, N) scores (higher is better)
@@ -550,31 +606,31 @@ def rank_metrics(S:torch.Tensor, # (Q, N) scores (higher is better)
 
 def tail_patch(model:nn.Module, # A causal LM
                train:dict, # The retrieved training examples of one query (a batch)
-               query:dict, # The query (a batch of one, from `encode_queries`)
+               query:dict, # The queries (from `encode_queries`); each gets the same step
                lr:float=1e-3, # Step size
                moments:dict|None=None, # {param name: exp_avg_sq}: Adam-style step; None: plain gradient step
                eps:float=1e-8, # Added to sqrt(v)
-               base:torch.Tensor|None=None # The query's log-probability before the step, if known
-              ) -> torch.Tensor: # (Q,) increase in the target's log-probability
-    "Tail-patch score: the change of the target's log-probability after one step on `train`."
+               base:torch.Tensor|None=None, # The queries' log-probabilities before the step, if known
+               batch_size:int=32 # Rows per forward pass (the gradient of the mean loss is accumulated over `train`)
+              ) -> torch.Tensor: # (Q,) on the model's device: increase in the target's log-probability
+    "Tail-patch score: the change of the target's log-probability after one step on the mean loss of `train`; the model itself is never changed."
+    check_causal_lm(model, 'tail_patch'); _check_batch(train); _check_batch(query); check_batch_size(batch_size)
     params = dict(model.named_parameters())
+    live = {n: p.detach().requires_grad_() for n, p in params.items()}  # leaves of our own: the model's requires_grad and .grad stay as they are
+    N, grads = train['input_ids'].shape[0], None
     with evaluating(model), torch.enable_grad():
-        flags = {n: p.requires_grad for n, p in params.items()}
-        try:
-            for p in params.values(): p.requires_grad_(True)
-            loss = example_losses(model, train).mean()
-            grads = torch.autograd.grad(loss, list(params.values()))
-        finally:
-            for n, p in params.items(): p.requires_grad_(flags[n])
+        for b in iter_batches(train, batch_size):
+            gs = torch.autograd.grad(_example_losses(model, b, live).sum() / N, list(live.values()), allow_unused=True)
+            grads = gs if grads is None else [a if c is None else c if a is None else a + c for a, c in zip(grads, gs)]
     new = {}
     for (n, p), g in zip(params.items(), grads):
+        if g is None: new[n] = p.detach(); continue  # the loss does not depend on it
         step = g / (moments[n].to(g).sqrt() + eps) if moments is not None and n in moments else g
         new[n] = (p - lr * step).detach()
-    if base is None: base = target_logprob(model, query)
+    if base is None: base = target_logprob(model, query, batch_size)
     with evaluating(model), torch.no_grad():
-        lp = torch.func.functional_call(model, new, args=(), kwargs=dict(input_ids=query['input_ids'], attention_mask=query['attention_mask'])).logits[:, :-1].float().log_softmax(-1)
-    lab = query['labels'][:, 1:]
-    return (lp.gather(2, lab.clamp(min=0)[..., None])[..., 0] * (lab != -100)).sum(1) - base
+        after = torch.cat([_target_logprob(model, b, new) for b in iter_batches(query, batch_size)])
+    return after - base.to(after)
 
 def bm25_scores(passages:list[str], # The corpus
                 queries:list[str] # Query texts (prompt and target)

@@ -1,0 +1,61 @@
+"Smoke checks of interpkit.papers.graphnorm: the linearised GNN and its diagnostics, DeepGCN with every normalisation on graphs and mini-batches, train_gcn."
+import math
+import torch
+from torch_geometric.data import Batch
+from _util import on, finite, untouched
+from interpkit.papers.graphnorm import (NORMS, csbm, karate, gcn_operator, linear_gnn, dirichlet_energy, feature_effective_rank, numerical_rank,
+                                        top_eigvecs, eigenspace_energy, subspace_distance, probe_accuracy, depth_curves, centring_basis,
+                                        GraphNormv2, DeepGCN, train_gcn, projection)
+
+NOT_SMOKED = {'TrainedGCN': 'made by train_gcn'}
+
+def _graph(device, dtype, n=30, seed=0):
+    "A CSBM graph on `device`, its features in `dtype`."
+    g = csbm(n=n, d=4, p_in=0.3, p_out=0.1, seed=seed).to(device)
+    g.x = g.x.to(dtype)
+    return g
+
+def checks(device, dtype):
+    def diagnostics():
+        g = _graph(device, dtype)
+        A = on(gcn_operator(g.edge_index, g.num_nodes), device, 'operator')
+        X = on(linear_gnn(A, g.x, 4, 'batchnorm')[-1], device, 'representations')
+        U = on(top_eigvecs(A, 2), device, 'eigenvectors')
+        nums = [dirichlet_energy(X, g.edge_index), feature_effective_rank(X.to(dtype)), eigenspace_energy(X, U.cpu()),
+                subspace_distance(X, U), probe_accuracy(X.to(dtype), g.y)]
+        assert all(math.isfinite(v) for v in nums) and 1 <= numerical_rank(X) <= 4
+        dc = depth_curves(g, variants=('plain', 'residual'), depths=(0, 2), k=2)
+        finite(torch.tensor(dc.drop(columns='variant').to_numpy(float)), 'depth_curves')
+        xy, sv = projection(g, 2, 'residual')
+        on(xy, device, 'projection'); on(sv, device, 'singular values')
+        kc = karate().to(device)
+        finite(torch.tensor(depth_curves(kc, variants=('plain',), depths=(0, 2), k=2).probe.to_numpy()), 'karate curves')
+        return f"energy {nums[0]:.3g}, effective rank {nums[1]:.3g}, probe {nums[4]:.2f}"
+
+    def deep_gcn():
+        g1, g2 = _graph(device, dtype, 30, 0), _graph(device, dtype, 17, 1)
+        b = Batch.from_data_list([g1, g2])
+        seen = []
+        for norm in NORMS:
+            m = DeepGCN(4, 8, 3, 2, norm, k=2).to(device=device, dtype=dtype).eval()
+            basis = lambda d, batch=None: centring_basis(d.edge_index, d.num_nodes, batch, k=2) if norm == 'graphv2' else None
+            with untouched(m), torch.no_grad():
+                on(m(g1.x, g1.edge_index, basis=basis(g1)), device, f'{norm} logits')
+                out = on(m(b.x, b.edge_index, b.batch, basis(b, b.batch)), device, f'{norm} mini-batch logits')
+                assert out.dtype == dtype and out.shape == (47, 3)
+            seen.append(norm)
+        U = on(centring_basis(b.edge_index, b.num_nodes, b.batch, k=2), device, 'basis')
+        gn = GraphNormv2(8, k=2).to(device=device, dtype=dtype)
+        h = torch.randn(47, 8, device=device, dtype=dtype)
+        with untouched(gn), torch.no_grad(): on(gn(h, b.batch, basis=U), device, 'GraphNormv2')
+        return ', '.join(seen)
+
+    def train():
+        g = _graph(device, dtype)
+        r = train_gcn(g, 2, 'graphv2', steps=3, hidden=8, k=2)
+        assert next(r.model.parameters()).device.type == device.type and r.test_nodes.device.type == device.type
+        finite(torch.tensor(r.history.loss.to_numpy()), 'loss')
+        assert 0 <= r.train_accuracy <= 1 and 0 <= r.test_accuracy <= 1
+        return f"loss {r.history.loss.iloc[0]:.3g} -> {r.history.loss.iloc[-1]:.3g}, test accuracy {r.test_accuracy:.2f}"
+
+    return [('diagnostics', diagnostics), ('deep_gcn', deep_gcn), ('train', train)]

@@ -4,8 +4,9 @@ import torch
 from torch import nn
 from _util import lm, on, finite, ids, untouched, tiny_tokenizer
 from interpkit.models import (tiny_config, model_device, model_dtype, to_model, load_lm, evaluating, check_causal_lm, pad_id, padding, chat,
-                              mask_positions, encode_left, pad_right, check_batch_size, iter_batches, prefix_step, load_encoder, embed)
+                              mask_positions, encode_left, pad_right, check_batch_size, iter_batches, prefix_step, load_encoder, embed, logits_of)
 from interpkit.hooks import (as_site, layout, module_paths, resolve, all_sites, is_linear, weight_matrix, linear_modules, final_norm, norm_gain,
+                             mlp_norm, norm_eps,
                              hooked, capture, capture_grads, add, scale, patch, head_means, ablate_heads, resid_post, head_out, head_q, attn_out)
 from interpkit.sae import SAE, normalized_mse, sae_metrics, stream_activations, train_sae, planted_data, match_directions
 from interpkit.train import lr_factor, fit, save_asset, load_asset, load_asset_into, lm_loss
@@ -31,7 +32,7 @@ def checks(device, dtype):
             assert b['input_ids'].device.type == device.type and b['x'].dtype == dtype
             reply = chat(m, tok, 'w1 w2 w3', max_new_tokens=4)
             enc = encode_left(tok, ['w1', 'w2 w3 w4'])
-            with evaluating(m), torch.no_grad(): out = on(m(**to_model(m, enc)).logits, device, 'logits of encode_left')
+            with evaluating(m), torch.no_grad(): out = on(logits_of(m(**to_model(m, enc))), device, 'logits of encode_left')
             step = prefix_step(m, enc['input_ids'], enc['attention_mask'])
             with torch.no_grad(): torch.testing.assert_close(step().logits[:, -1].float(), out[:, -1].float(), atol=0.1, rtol=0.1)
             assert check_causal_lm(m, 'x') is m and pad_id(tok) == tok.eos_token_id
@@ -67,6 +68,7 @@ def checks(device, dtype):
                 w = weight_matrix(next(iter(lins.values())))
                 assert is_linear(next(iter(lins.values()))) and w.device.type == device.type
                 on(norm_gain(final_norm(m)), device, 'norm gain')
+                assert norm_eps(mlp_norm(m, 0)) > 0   # every pre-LN family here has a norm in front of its MLP
             out.append(arch)
         return ', '.join(out)
 

@@ -600,3 +600,22 @@ def test_rsvc_finds_the_planted_square(data):
     assert t.r2[corr > 0.5].mean() < 0.3 < 0.7 < t.r2[corr <= 0.5].mean()
     ctrl = compare(A, A2, tr.x[tr.y == 3], target=3, site_a=TOY_SITE, eval_images=te.x[threes], n_concepts=10, head_a=A.head, head_b=A2.head)
     assert ctrl.table.shared.mean() >= 0.7 and ctrl.table.r2[planted] >= SHARED_R2 and ctrl.table.r2.mean() > t.r2.mean()
+
+def test_compare_defaults_and_pools_of_ones_own(cnn, data):
+    "`compare`'s documented defaults (10 concepts, 5 folds, 50 steps), and pooling functions of one's own used with the heads given for them."
+    tr = data[0]
+    b = ToyCNN(seed=7).eval()
+    fit = tr.x[tr.y == 2][:20]
+    base = dict(target=2, site_a=TOY_SITE, patch_size=8, stride=8)
+    got = compare(cnn, b, fit, **base)
+    explicit = compare(cnn, b, fit, n_concepts=10, folds=5, n_steps=50, **base)
+    assert len(got.concepts_a) == len(got.concepts_b) == 10
+    for col in ('importance', 'r2', 'r2_self', 'pearson'): assert np.array_equal(got.table[col], explicit.table[col]), col
+    assert torch.equal(got.importance_b, explicit.importance_b)
+    # a pooling function of one's own, with the rest of each model after its site as the head, equals the built-in spatial mean
+    own = lambda a: a.mean((-2, -1))
+    kw = dict(n_concepts=4, folds=3, n_steps=8, **base)
+    mine = compare(cnn, b, fit, pool_a=own, head_a=cnn.head, pool_b=own, head_b=b.head, **kw)
+    ref = compare(cnn, b, fit, pool_a='mean', pool_b='mean', **kw)
+    assert np.allclose(mine.table.to_numpy(float), ref.table.to_numpy(float), atol=1e-5)
+    assert torch.allclose(mine.importance_b, ref.importance_b, atol=1e-5)

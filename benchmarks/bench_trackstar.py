@@ -16,9 +16,8 @@ from pathlib import Path
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 import torch
 from interpkit.hooks import linear_modules
-from interpkit.models import load_lm
-from interpkit.papers.trackstar import (GradIndex, encode_texts, example_grads, example_losses, fact_corpus, load_fact_lm, load_fact_lm_moments,
-                                        make_projection)
+from interpkit.models import encode_texts, load_lm
+from interpkit.papers.trackstar import (GradIndex, example_grads, example_losses, fact_corpus, load_fact_lm, load_fact_lm_moments, make_projection)
 from interpkit.data import shakespeare_docs
 
 N_BATCHES = 4

@@ -4,7 +4,7 @@
 
 # %% ../nbs/core/01_models.ipynb #a1e0e29d
 from __future__ import annotations
-import contextlib, copy, importlib.util, inspect, itertools, os, shutil, tempfile, functools
+import contextlib, copy, importlib.util, inspect, itertools, os, re, shutil, tempfile, functools
 from collections.abc import Mapping
 from pathlib import Path
 import torch, transformers
@@ -14,8 +14,8 @@ from .errors import ConfigError, ModelNotAvailable, check_choice, closest
 # %% auto #0
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'tiny_tokenizer', 'model_device',
            'model_dtype', 'to_model', 'logits_of', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm', 'pad_id',
-           'padding', 'chat', 'mask_positions', 'encode_left', 'pad_right', 'check_batch_size', 'iter_batches',
-           'prefix_step', 'load_encoder', 'embed']
+           'padding', 'chat', 'mask_positions', 'encode_left', 'pad_right', 'WordTokenizer', 'encode_texts',
+           'encode_queries', 'check_batch_size', 'iter_batches', 'prefix_step', 'load_encoder', 'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
 TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'mixtral', 'olmoe')
@@ -402,6 +402,55 @@ def pad_right(rows:list, # Token id lists, one per sequence
         r, l = list(r)[:T], list(l)[:T]
         ids[i, :len(r)] = torch.tensor(r, dtype=torch.long); lab[i, :len(l)] = torch.tensor(l, dtype=torch.long); mask[i, :len(r)] = 1
     return dict(input_ids=ids, attention_mask=mask, labels=lab)
+
+# %% ../nbs/core/01_models.ipynb #bbb1a7f3
+class WordTokenizer:
+    "Words and punctuation as tokens; id 0 is padding, 1 begins a text, 2 is unknown."
+    SPECIAL = ['<pad>', '<s>', '<unk>']
+    def __init__(self, vocab:list[str]): self.vocab = list(vocab); self.ids = {w: i for i, w in enumerate(self.vocab)}
+    @classmethod
+    def fit(cls, texts:list[str]) -> WordTokenizer: return cls(cls.SPECIAL + sorted({w for t in texts for w in cls.split(t)}))
+    @staticmethod
+    def split(text:str) -> list[str]: return re.findall(r"\w+|[^\w\s]", text)
+    @property
+    def vocab_size(self) -> int: return len(self.vocab)
+    bos_token_id, pad_token_id = 1, 0
+    def encode(self, text:str, add_special_tokens:bool=False) -> list[int]: return [self.ids.get(w, 2) for w in self.split(text)]
+    def decode(self, ids) -> str: return ' '.join(self.vocab[i] for i in torch.as_tensor(ids).flatten().tolist() if i > 1)
+    def __repr__(self): return f"WordTokenizer(vocab_size={self.vocab_size})"
+
+def _enc(tokenizer, text):
+    try: return list(tokenizer.encode(text, add_special_tokens=False))
+    except TypeError: return list(tokenizer.encode(text))
+
+def _bos(tokenizer):
+    b = getattr(tokenizer, 'bos_token_id', None)
+    return [b] if b is not None else []
+
+
+# %% ../nbs/core/01_models.ipynb #25468a1c
+def encode_texts(tokenizer, # A tokenizer with `encode` (a `transformers` tokenizer, `WordTokenizer`)
+                 texts:list[str], # Training texts
+                 max_len:int|None=None # Truncate to this many tokens
+                ) -> dict: # input_ids, attention_mask, labels (right-padded with `pad_id(tokenizer)`), on the CPU
+    "A batch of texts with every token scored."
+    if isinstance(texts, str) or not len(texts): raise ConfigError(f"encode_texts got {'a string' if isinstance(texts, str) else 'no texts'}.", "A non-empty list of texts.", "Pass a list of texts.")
+    rows = [_bos(tokenizer) + _enc(tokenizer, t) for t in texts]
+    return pad_right(rows, pad_id(tokenizer), max_len=max_len)
+
+def encode_queries(tokenizer, # A tokenizer with `encode`
+                   prompts:list[str], # Query prompts, e.g. 'Zorbel lives in'
+                   targets:list[str] # Their targets, e.g. 'Quenta' (a space is put between)
+                  ) -> dict: # input_ids, attention_mask, labels on the target tokens only (right-padded), on the CPU
+    "A batch of (prompt, target) queries; the loss is the target's."
+    if isinstance(prompts, str) or isinstance(targets, str) or len(prompts) != len(targets) or not len(prompts):
+        raise ConfigError(f"prompts: {prompts!r:.60}, targets: {targets!r:.60}.", "Two lists of strings of one length, at least one pair.", "Pair them up.")
+    rows, labs = [], []
+    for p, t in zip(prompts, targets):
+        a, full = _bos(tokenizer) + _enc(tokenizer, p), _bos(tokenizer) + _enc(tokenizer, p + ' ' + t)
+        if full[:len(a)] != a or len(full) == len(a): raise ConfigError(f"Target {t!r} does not tokenize as a continuation of {p!r}.", "The prompt must end where the target starts.", "Check the pair.")
+        rows.append(full); labs.append([-100] * len(a) + full[len(a):])
+    return pad_right(rows, pad_id(tokenizer), labs)
 
 # %% ../nbs/core/01_models.ipynb #572f39c7
 def check_batch_size(batch_size # What was given

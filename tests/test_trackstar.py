@@ -8,11 +8,8 @@ import numpy as np, pytest, torch
 from torch import nn
 from interpkit.errors import ConfigError, ShapeError
 from interpkit.hooks import linear_modules
-from interpkit.models import tiny_lm, tiny_tokenizer
-from interpkit.papers.trackstar import (GradIndex, Hits, Projection, WordTokenizer, adam_moments, autocorr, blocks_of, bm25_scores,
-                                        encode_queries, encode_texts, example_grads, example_losses, fact_corpus, inv_sqrt, lm_labels,
-                                        load_fact_lm, load_fact_lm_moments, make_projection, mix, rank_metrics, scores, side_by_side,
-                                        tail_patch, target_logprob, train_fact_lm, whiten)
+from interpkit.models import WordTokenizer, encode_queries, encode_texts, tiny_lm, tiny_tokenizer
+from interpkit.papers.trackstar import (GradIndex, Hits, Projection, adam_moments, autocorr, blocks_of, bm25_scores, example_grads, example_losses, fact_corpus, inv_sqrt, lm_labels, load_fact_lm, load_fact_lm_moments, make_projection, mix, rank_metrics, scores, side_by_side, tail_patch, target_logprob, train_fact_lm, whiten)
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 torch.set_num_threads(1)  # 2 threads on a shared 2-core machine oversubscribe badly

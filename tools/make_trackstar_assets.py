@@ -7,7 +7,8 @@ Trains the tiny Llama of `nbs/papers/10_trackstar.ipynb` on the synthetic fact c
 """
 import time
 import torch
-from interpkit.papers.trackstar import FACT_LM, adam_moments, encode_queries, fact_corpus, target_logprob, train_fact_lm
+from interpkit.models import encode_queries
+from interpkit.papers.trackstar import FACT_LM, adam_moments, fact_corpus, target_logprob, train_fact_lm
 from interpkit.train import save_asset
 
 if __name__ == '__main__':

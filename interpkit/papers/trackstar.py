@@ -4,7 +4,7 @@
 
 # %% ../../nbs/papers/10_trackstar.ipynb #c0dc28b8
 from __future__ import annotations
-import hashlib, inspect, json, math, os, random, re, shutil, tempfile, time, zlib
+import hashlib, inspect, json, math, os, random, shutil, tempfile, time, zlib
 from collections.abc import Mapping
 from pathlib import Path
 import numpy as np, pandas as pd, torch
@@ -13,16 +13,16 @@ from torch import nn
 from tqdm.auto import tqdm
 from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite
 from ..hooks import capture, capture_grads, is_linear, linear_modules, weight_matrix
-from ..models import check_batch_size, check_causal_lm, evaluating, iter_batches, logits_of, mask_positions, pad_id, pad_right, tiny_lm, to_model
+from ..models import (WordTokenizer, check_batch_size, check_causal_lm, encode_texts, evaluating, iter_batches, logits_of, mask_positions,
+                              tiny_lm, to_model)
 from ..results import result
 from ..train import fit, load_asset, quiet
 
 # %% auto #0
 __all__ = ['PROJECTIONS', 'JOBS', 'RELATIONS', 'FACT_LM', 'adam_moments', 'Projection', 'make_projection', 'lm_labels',
            'example_losses', 'example_grads', 'autocorr', 'inv_sqrt', 'mix', 'blocks_of', 'whiten', 'scores',
-           'model_fingerprint', 'Hits', 'GradIndex', 'FactCorpus', 'fact_corpus', 'WordTokenizer', 'encode_texts',
-           'encode_queries', 'train_fact_lm', 'load_fact_lm', 'load_fact_lm_moments', 'target_logprob', 'rank_metrics',
-           'tail_patch', 'bm25_scores', 'side_by_side']
+           'model_fingerprint', 'Hits', 'GradIndex', 'FactCorpus', 'fact_corpus', 'train_fact_lm', 'load_fact_lm',
+           'load_fact_lm_moments', 'target_logprob', 'rank_metrics', 'tail_patch', 'bm25_scores', 'side_by_side']
 
 # %% ../../nbs/papers/10_trackstar.ipynb #1ca8cbb2
 def adam_moments(optimizer:torch.optim.Optimizer, # An Adam or AdamW that has taken at least one step (e.g. `fit(...).optimizer`)
@@ -490,53 +490,6 @@ def fact_corpus(n_entities:int=50, # Invented people; two facts each (home, job)
         passages.append(' '.join(s for s, _ in sents[i:i+per_passage]))
     queries = [(RELATIONS[r][1].format(e=e), o) for e, r, o in facts]
     return FactCorpus(passages, facts, queries, relevant)
-
-# %% ../../nbs/papers/10_trackstar.ipynb #e2f7de99
-class WordTokenizer:
-    "Words and punctuation as tokens; id 0 is padding, 1 begins a text, 2 is unknown."
-    SPECIAL = ['<pad>', '<s>', '<unk>']
-    def __init__(self, vocab:list[str]): self.vocab = list(vocab); self.ids = {w: i for i, w in enumerate(self.vocab)}
-    @classmethod
-    def fit(cls, texts:list[str]) -> WordTokenizer: return cls(cls.SPECIAL + sorted({w for t in texts for w in cls.split(t)}))
-    @staticmethod
-    def split(text:str) -> list[str]: return re.findall(r"\w+|[^\w\s]", text)
-    @property
-    def vocab_size(self) -> int: return len(self.vocab)
-    bos_token_id, pad_token_id = 1, 0
-    def encode(self, text:str, add_special_tokens:bool=False) -> list[int]: return [self.ids.get(w, 2) for w in self.split(text)]
-    def decode(self, ids) -> str: return ' '.join(self.vocab[i] for i in torch.as_tensor(ids).flatten().tolist() if i > 1)
-    def __repr__(self): return f"WordTokenizer(vocab_size={self.vocab_size})"
-
-def _enc(tokenizer, text):
-    try: return list(tokenizer.encode(text, add_special_tokens=False))
-    except TypeError: return list(tokenizer.encode(text))
-
-def _bos(tokenizer):
-    b = getattr(tokenizer, 'bos_token_id', None)
-    return [b] if b is not None else []
-
-def encode_texts(tokenizer, # A tokenizer with `encode` (a `transformers` tokenizer, `WordTokenizer`)
-                 texts:list[str], # Training texts
-                 max_len:int|None=None # Truncate to this many tokens
-                ) -> dict: # input_ids, attention_mask, labels (right-padded with `pad_id(tokenizer)`), on the CPU
-    "A batch of texts with every token scored."
-    if isinstance(texts, str) or not len(texts): raise ConfigError(f"encode_texts got {'a string' if isinstance(texts, str) else 'no texts'}.", "A non-empty list of texts.", "Pass a list of texts.")
-    rows = [_bos(tokenizer) + _enc(tokenizer, t) for t in texts]
-    return pad_right(rows, pad_id(tokenizer), max_len=max_len)
-
-def encode_queries(tokenizer, # A tokenizer with `encode`
-                   prompts:list[str], # Query prompts, e.g. 'Zorbel lives in'
-                   targets:list[str] # Their targets, e.g. 'Quenta' (a space is put between)
-                  ) -> dict: # input_ids, attention_mask, labels on the target tokens only (right-padded), on the CPU
-    "A batch of (prompt, target) queries; the loss is the target's."
-    if isinstance(prompts, str) or isinstance(targets, str) or len(prompts) != len(targets) or not len(prompts):
-        raise ConfigError(f"prompts: {prompts!r:.60}, targets: {targets!r:.60}.", "Two lists of strings of one length, at least one pair.", "Pair them up.")
-    rows, labs = [], []
-    for p, t in zip(prompts, targets):
-        a, full = _bos(tokenizer) + _enc(tokenizer, p), _bos(tokenizer) + _enc(tokenizer, p + ' ' + t)
-        if full[:len(a)] != a or len(full) == len(a): raise ConfigError(f"Target {t!r} does not tokenize as a continuation of {p!r}.", "The prompt must end where the target starts.", "Check the pair.")
-        rows.append(full); labs.append([-100] * len(a) + full[len(a):])
-    return pad_right(rows, pad_id(tokenizer), labs)
 
 # %% ../../nbs/papers/10_trackstar.ipynb #202e7fdc
 FACT_LM = dict(n_layers=2, d_model=64, n_heads=4, max_len=64)

@@ -4,7 +4,8 @@ import torch
 from torch import nn
 from _util import lm, on, finite, ids, untouched, tiny_tokenizer
 from interpkit.models import (tiny_config, model_device, model_dtype, to_model, load_lm, evaluating, check_causal_lm, pad_id, padding, chat,
-                              mask_positions, encode_left, pad_right, check_batch_size, iter_batches, prefix_step, load_encoder, embed, logits_of)
+                              mask_positions, encode_left, pad_right, check_batch_size, iter_batches, prefix_step, load_encoder, embed, logits_of,
+                              WordTokenizer, encode_texts, encode_queries)
 from interpkit.hooks import (as_site, layout, module_paths, resolve, all_sites, is_linear, weight_matrix, linear_modules, final_norm, norm_gain,
                              mlp_norm, norm_eps,
                              hooked, capture, capture_grads, add, scale, patch, head_means, ablate_heads, resid_post, head_out, head_q, attn_out)
@@ -41,6 +42,9 @@ def checks(device, dtype):
             assert next(m2.parameters()).dtype == torch.float32
             assert pad_right([[1, 2], [3]], 0)['input_ids'].shape == (2, 2) and mask_positions(enc['attention_mask']).shape == (2, 3)
             assert check_batch_size(3) == 3 and len(list(iter_batches(enc, 1))) == 2 and tiny_config('qwen3').model_type == 'qwen3'
+            wt = WordTokenizer.fit(['w1 w2 w3'])
+            for b in (encode_texts(wt, ['w1 w2', 'w3']), encode_queries(tok, ['w1 w2'], ['w3'])):
+                with evaluating(m), torch.no_grad(): on(logits_of(m(**to_model(m, {k: b[k] for k in ('input_ids', 'attention_mask')}))), device, 'logits of an encoded batch')
         return f"chat {reply!r}"
 
     def encoder():

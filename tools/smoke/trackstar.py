@@ -4,9 +4,8 @@ from pathlib import Path
 import torch
 from _util import lm, on, finite, ids, untouched, tiny_tokenizer
 from interpkit.hooks import linear_modules
-from interpkit.papers.trackstar import (GradIndex, WordTokenizer, adam_moments, autocorr, blocks_of, encode_queries, encode_texts, example_grads,
-                                        example_losses, fact_corpus, inv_sqrt, lm_labels, load_fact_lm, load_fact_lm_moments, make_projection, mix,
-                                        model_fingerprint, rank_metrics, scores, side_by_side, tail_patch, target_logprob, train_fact_lm, whiten)
+from interpkit.models import WordTokenizer, encode_queries, encode_texts
+from interpkit.papers.trackstar import (GradIndex, adam_moments, autocorr, blocks_of, example_grads, example_losses, fact_corpus, inv_sqrt, lm_labels, load_fact_lm, load_fact_lm_moments, make_projection, mix, model_fingerprint, rank_metrics, scores, side_by_side, tail_patch, target_logprob, train_fact_lm, whiten)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'Projection': 'made by make_projection', 'Hits': 'made by GradIndex.topk', 'FactCorpus': 'made by fact_corpus',

@@ -6,6 +6,7 @@ GPT-2 and bfloat16, and the model left untouched."""
 import copy, math, os
 import numpy as np, pandas as pd, pytest, torch
 import torch.nn.functional as F
+from torch import nn
 from interpkit.errors import ConfigError, NotFiniteError, ShapeError
 from interpkit.models import encode_queries, tiny_lm, tiny_tokenizer
 from interpkit.papers.g_effect import (ATTRIBUTES, IDK_ANSWERS, QA_LM, GEffect, Unlearning, _coefs, answer_logprobs, author_qa, forget_term,
@@ -599,3 +600,45 @@ def test_retain_at_crossings():
     assert retain_at(h, 1.0) == pytest.approx(0.2)       # crossed between the first two checkpoints
     assert retain_at(h, 2.0) == pytest.approx(0.3)       # reached exactly: the first checkpoint that reaches it
     assert retain_at(h, 4.0) == pytest.approx(1.1)
+
+def test_author_qa_defaults_and_bounds():
+    qa = author_qa()
+    assert len(qa.questions) == 200 and len(qa.forget) == 20 and len(qa.authors) == 40
+    assert qa.questions == author_qa(40, 0.1, 0).questions and qa.questions != author_qa(seed=1).questions
+    assert len(set(qa.questions)) == 200                                  # every question is about one author: no duplicates
+    assert len(author_qa(n_authors=2).authors) == 2 and len(author_qa(n_authors=400).authors) == 400
+    for bad in (dict(n_authors=1), dict(n_authors=401), dict(n_authors=2.0), dict(forget_frac=0), dict(forget_frac=1), dict(forget_frac=1.5)):
+        with pytest.raises(ConfigError): author_qa(**bad)
+    assert len({author_qa(n_authors=2, forget_frac=0.99).author[i] for i in author_qa(n_authors=2, forget_frac=0.99).forget}) == 1  # never all authors
+    assert len({author_qa(n_authors=10, forget_frac=0.01).author[i] for i in author_qa(n_authors=10, forget_frac=0.01).forget}) == 1  # at least one
+
+def test_group_order():
+    from interpkit.papers.g_effect import _group_order
+    assert _group_order(['lm_head', 'layer 10', 'other', 'final norm', 'layer 2', 'embed', 'layer 0', 'lm_head']) == \
+        ['embed', 'layer 0', 'layer 2', 'layer 10', 'other', 'final norm', 'lm_head']
+    assert _group_order(['layers 2-3', 'final norm', 'layers 0-1', 'embed']) == ['embed', 'layers 0-1', 'layers 2-3', 'final norm']
+
+def test_param_groups_of_a_model_of_ones_own():
+    "A model the library has no layout for: the output embeddings by identity (whatever their path), the rest by the first numbered module."
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.blocks, self.out = nn.Embedding(10, 4), nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)]), nn.Linear(4, 10)
+        def get_output_embeddings(self): return self.out
+    g = param_groups(Wrapped())
+    assert g == {'emb.weight': 'embed', 'blocks.0.weight': 'blocks.0', 'blocks.0.bias': 'blocks.0', 'blocks.1.weight': 'blocks.1',
+                 'blocks.1.bias': 'blocks.1', 'out.weight': 'lm_head', 'out.bias': 'lm_head'}
+    assert set(param_groups(lm(double=False), groups=1).values()) == set(param_groups(lm(double=False)).values())
+
+def test_a_reference_in_training_mode_is_run_in_eval_mode():
+    "The reference model's dropout is off when it is run: KL to a train-mode copy of oneself is 0 and TNPO at it is GA."
+    m = tiny_lm('llama', n_layers=2, d_model=32, n_heads=4, vocab_size=TOK.vocab_size, seed=25, attention_dropout=0.5).double()
+    ref = copy.deepcopy(m).train()
+    kl = objective('ga', regularizer='kl')
+    s, _ = retain_term(kl, m, RETAIN, ref)
+    assert abs(float(s.detach())) < 1e-10 and ref.training
+    assert float(forget_term(objective('tnpo'), m, FORGET, ref)[0].detach()) == pytest.approx(float(forget_term(objective('ga'), m, FORGET)[0].detach()), rel=1e-10)
+    # without an attention mask every position counts
+    nomask = {k: v for k, v in RETAIN.items() if k != 'attention_mask'}
+    s2, c2 = retain_term(kl, m, nomask, perturbed(m))
+    assert c2 == RETAIN['input_ids'].numel() and float(s2.detach()) > 0

@@ -94,3 +94,11 @@ def test_maths_renders_offline(browser, site_url):
     assert page.query_selector('.katex') is not None, 'no KaTeX-rendered maths on the contributing page'
     assert not failed, failed
     page.close()
+
+def test_every_paper_page_shows_its_reference():
+    "nbdev turns a notebook's first markdown cell into the title and description and drops the rest: the paper's reference needs a cell of its own."
+    if not (DOCS/'index.html').exists(): subprocess.run([sys.executable, str(ROOT/'tools'/'build_docs.py'), 'site'], check=True, cwd=ROOT)
+    pages = sorted((DOCS/'papers').glob('*.html'))
+    assert pages
+    missing = [p.name for p in pages if 'ICLR 2025' not in p.read_text() or 'arxiv.org/abs/' not in p.read_text()]
+    assert not missing, f"pages without the paper's reference (venue and arXiv link): {missing}"

@@ -642,3 +642,15 @@ def test_a_reference_in_training_mode_is_run_in_eval_mode():
     nomask = {k: v for k, v in RETAIN.items() if k != 'attention_mask'}
     s2, c2 = retain_term(kl, m, nomask, perturbed(m))
     assert c2 == RETAIN['input_ids'].numel() and float(s2.detach()) > 0
+
+def test_g_effect_runs_in_eval_mode_orders_groups_and_checks_its_data(untouched):
+    m = tiny_lm('llama', n_layers=2, d_model=32, n_heads=4, vocab_size=TOK.vocab_size, seed=26, attention_dropout=0.5).double()
+    ev = g_effect(m, 'ga', FORGET, RETAIN)
+    with untouched(m.train()): tr = g_effect(m, 'ga', FORGET, RETAIN)                 # dropout is off while measuring, and back on after
+    assert tr.unlearning == pytest.approx(ev.unlearning, rel=1e-12) and m.training
+    assert list(ev.groups.index) == ['embed', 'layer 0', 'layer 1', 'final norm', 'lm_head']
+    with pytest.raises(ShapeError, match='labels'): g_effect(m, 'ga', {k: v for k, v in FORGET.items() if k != 'labels'}, RETAIN)
+    # smoothing=0: the moving average keeps only the last batch
+    last = {k: v[-1:] for k, v in FORGET.items()}
+    assert g_effect(m.eval(), 'ga', FORGET, RETAIN, batch_size=1, smoothing=0.0).unlearning == pytest.approx(
+        float(sum((a * b).sum() for a, b in zip(grad(my_loss('ga', m, m, last), m), grad(nll(m, last), m)))), rel=1e-8)

@@ -1,11 +1,14 @@
 """Tests of interpkit.papers.graphnorm against independent references: eigenvectors from numpy, brute-force Dirichlet
 energy, closed-form ranks, a numpy linearised GNN, PyG's own GraphNorm, per-graph statistics by hand, a dense GCN by hand,
-graphs one by one against a mini-batch, accuracies recounted from the model, devices and dtypes, and bad input."""
+graphs one by one against a mini-batch, accuracies recounted from the model, devices and dtypes, and bad input; GraphNormv2's
+per-graph basis against numpy, per-graph statistics against a loop over graphs, its reductions to PyG's GraphNorm, permutations
+of graphs, claim (c) as a property (flipped class shift) and against the Bayes rate, and the shipped sweeps re-run."""
 import copy
 import numpy as np, pandas as pd, pytest, torch
 import torch.nn.functional as F
 from torch_geometric.data import Batch
 from torch_geometric.nn import GraphNorm
+from torch_geometric.utils import to_undirected
 from interpkit.papers.graphnorm import (VARIANTS, NORMS, csbm, karate, gcn_operator, linear_gnn, dirichlet_energy, feature_effective_rank,
                                         numerical_rank, eigenspace_energy, subspace_distance, top_eigvecs, probe_accuracy, centring_basis,
                                         GraphNormv2, DeepGCN, TrainedGCN, train_gcn, depth_curves, projection)
@@ -81,9 +84,12 @@ def test_graphnormv2_equals_pyg_graphnorm_per_graph():
     gn, gn2 = GraphNorm(4), GraphNormv2(4)
     with torch.no_grad():
         gn.mean_scale.uniform_(-1, 2); gn.weight.uniform_(.5, 2); gn.bias.normal_()
-        gn2.tau[0] = gn.mean_scale; gn2.weight.copy_(gn.weight); gn2.bias.copy_(gn.bias)
+        gn2.mean_scale.copy_(gn.mean_scale); gn2.weight.copy_(gn.weight); gn2.bias.copy_(gn.bias)
         torch.testing.assert_close(gn2(x, b), gn(x, b), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(gn2(x, b, batch_size=3), gn(x, b, batch_size=3), atol=1e-5, rtol=1e-5)
+        # tau = 0 (its initialisation): the basis changes nothing, whatever it is
+        U = torch.randn(9, 2)
+        torch.testing.assert_close(gn2(x, b, basis=U), gn(x, b), atol=1e-5, rtol=1e-5)
 
 def test_graphnormv2_by_hand_and_limits():
     torch.manual_seed(2)
@@ -91,11 +97,11 @@ def test_graphnormv2_by_hand_and_limits():
     m = GraphNormv2(3)
     with torch.no_grad():
         out = m(x, b)
-        for idx in ([0, 1], [2, 3, 4]):   # tau = 1: mean-centring, then divide by the per-graph RMS
+        for idx in ([0, 1], [2, 3, 4]):   # at initialisation: mean-centring, then divide by the per-graph RMS
             xc = x[idx] - x[idx].mean(0)
             torch.testing.assert_close(out[idx], xc / (xc.pow(2).mean(0) + 1e-5).sqrt(), atol=1e-6, rtol=1e-5)
-        m.tau.zero_()
-        torch.testing.assert_close(m.centre(x, b), x)
+        m.mean_scale.zero_()   # lambda = 0, tau = 0: rescaling only
+        torch.testing.assert_close(m.centre(x, b), x); torch.testing.assert_close(m.centre(x, b, basis=torch.randn(5, 2)), x)
         out = m(x, b)
         for idx in ([0, 1], [2, 3, 4]):
             torch.testing.assert_close(out[idx], x[idx] / (x[idx].pow(2).mean(0) + 1e-5).sqrt(), atol=1e-6, rtol=1e-5)
@@ -275,14 +281,14 @@ def _norm_by_hand(norm, nm, h, basis):
     if norm == 'graph':
         c = h - nm.mean_scale * h.mean(0)
         return nm.weight * c / (c.pow(2).mean(0) + 1e-5).sqrt() + nm.bias
-    c = h - sum(basis[:, j:j + 1] * (nm.tau[j] * (basis[:, j] @ h)) for j in range(basis.shape[1]))   # graphv2
+    c = h - nm.mean_scale * h.mean(0) - sum(basis[:, j:j + 1] * (nm.tau[j] * (basis[:, j] @ h)) for j in range(basis.shape[1]))   # graphv2
     return nm.weight * c / (c.pow(2).mean(0) + nm.eps).sqrt() + nm.bias
 
 @pytest.mark.parametrize('norm', NORMS)
 def test_deepgcn_each_norm_equals_the_formula_by_hand(g, norm):
     m = DeepGCN(4, 6, 3, depth=3, norm=norm, k=2, seed=1).eval(); _randomise_norms(m)
     A = torch.tensor(dense_operator(g)).float()
-    U = centring_basis(g.edge_index, g.num_nodes, k=2)
+    U = centring_basis(g.edge_index, g.num_nodes, k=2).float()
     with torch.no_grad():
         h = g.x @ m.inp.weight.T + m.inp.bias
         for conv, nm in zip(m.convs, m.norms): h = torch.relu(_norm_by_hand(norm, nm, A @ (h @ conv.lin.weight.T) + conv.bias, U))
@@ -320,9 +326,13 @@ def test_train_gcn_graphv2_uses_the_basis_and_takes_float64_features(g):
     with torch.no_grad():
         first = F.cross_entropy(fresh(g.x, g.edge_index, basis=centring_basis(g.edge_index, g.num_nodes, k=2))[tr], g.y[tr]).item()
         without = F.cross_entropy(fresh(g.x, g.edge_index)[tr], g.y[tr]).item()
-    assert r.history.loss.iloc[0] == pytest.approx(first, rel=1e-5) and abs(first - without) > 1e-4
-    assert r.model.inp.weight.dtype == torch.float32
-    with torch.no_grad(): pred = r.model(g.x, g.edge_index, basis=centring_basis(g.edge_index, g.num_nodes, k=2)).argmax(-1)
+    # at initialisation (tau = 0) the basis changes nothing; after training tau is not 0 and the basis matters
+    assert r.history.loss.iloc[0] == pytest.approx(first, rel=1e-5) and first == pytest.approx(without, rel=1e-6)
+    assert r.model.inp.weight.dtype == torch.float32 and r.model.norms[0].tau.abs().max() > 1e-3
+    with torch.no_grad():
+        logits = r.model(g.x, g.edge_index, basis=centring_basis(g.edge_index, g.num_nodes, k=2))
+        assert (logits - r.model(g.x, g.edge_index)).abs().max() > 1e-4
+        pred = logits.argmax(-1)
     assert r.test_accuracy == pytest.approx((pred[r.test_nodes] == g.y[r.test_nodes]).double().mean().item(), abs=1e-7)
     assert r.train_accuracy == pytest.approx((pred[tr] == g.y[tr]).double().mean().item(), abs=1e-7)
     assert train_gcn(g, 2, 'graphv2', steps=5, hidden=8, seed=1, k=2).test_accuracy == r.test_accuracy
@@ -425,7 +435,7 @@ def test_bad_input():
     with pytest.raises(ConfigError, match='norm'): DeepGCN(4, 4, 2, 2, 'groupnorm')
     with pytest.raises(ShapeError, match='batch'): GraphNormv2(3)(torch.randn(4, 3), torch.tensor([0, 1]))
     with pytest.raises(ShapeError, match=r'\(N, 3\)'): GraphNormv2(3)(torch.randn(4, 5))
-    with pytest.raises(ConfigError): GraphNormv2(3, k=0)
+    with pytest.raises(ConfigError): GraphNormv2(3, k=-1)
 
 # ---------------------------------------------------------------- gaps found by mutation testing
 
@@ -451,14 +461,14 @@ def test_centring_basis_signs_norms_and_one_directional_edges():
     U = centring_basis(b.edge_index, b.num_nodes, b.batch, k=3).double()
     for j, gg in enumerate(gs):
         Ub = U[b.batch == j].numpy()
-        np.testing.assert_allclose(Ub.T @ Ub, np.eye(3), atol=1e-5)
+        np.testing.assert_allclose(Ub.T @ Ub, np.eye(4), atol=1e-5)   # 3 eigenvectors and the remainder of 1
         assert (Ub.sum(0) >= -1e-6).all()
-        np.testing.assert_allclose(Ub, _signed_eigvecs(gg.edge_index, gg.num_nodes, 3), atol=1e-5)
+        np.testing.assert_allclose(Ub[:, :3], _signed_eigvecs(gg.edge_index, gg.num_nodes, 3), atol=1e-5)
     # edges given in one direction only are made symmetric, as gcn_operator does, in the k = 1 closed form and for k > 1
     ei = torch.tensor([[0, 0, 0, 1, 3], [1, 2, 3, 2, 4]])
     for k in (1, 2):
-        np.testing.assert_allclose(centring_basis(ei, 5, k=k).double().numpy(), _signed_eigvecs(ei, 5, k), atol=1e-6)
-    for bad in (0, -1, 1.5):
+        np.testing.assert_allclose(centring_basis(ei, 5, k=k)[:, :k].double().numpy(), _signed_eigvecs(ei, 5, k), atol=1e-6)
+    for bad in (-1, 1.5):
         with pytest.raises(ConfigError, match='k='): centring_basis(ei, 5, k=bad)
 
 def test_graphnormv2_one_channel_dtype_and_basis_checks():
@@ -469,11 +479,11 @@ def test_graphnormv2_one_channel_dtype_and_basis_checks():
         for idx in ([0, 1, 2], [3, 4]):   # one channel: mean-centring, then the per-graph RMS
             xc = x[idx] - x[idx].mean(0)
             torch.testing.assert_close(out[idx], xc / (xc.pow(2).mean(0) + 1e-5).sqrt())
-        # a float32 basis (what centring_basis returns) is cast to the layer's dtype: a bfloat16 layer stays bfloat16
+        # a float64 basis (what centring_basis returns) is cast to the layer's dtype: a bfloat16 layer stays bfloat16
         mb, xb = GraphNormv2(4, k=2).bfloat16(), torch.randn(5, 4).bfloat16()
         U = centring_basis(torch.tensor([[0, 1, 3], [1, 2, 4]]), 5, b, k=2)
         assert mb(xb, b, basis=U).dtype == torch.bfloat16 and mb.centre(xb, b, basis=U).dtype == torch.bfloat16
-    for basis in (torch.ones(5), torch.ones(6, 1), torch.ones(4, 2), torch.ones(5, 3), torch.ones(5, 0)):
+    for basis in (torch.ones(5), torch.ones(6, 1), torch.ones(4, 2), torch.ones(5, 4), torch.ones(5, 0)):
         with pytest.raises(ShapeError, match='basis has shape'): GraphNormv2(4, k=2)(torch.randn(5, 4), b, basis=basis)
 
 @pytest.mark.filterwarnings('ignore:Sparse')
@@ -483,3 +493,284 @@ def test_deepgcn_takes_a_sparse_adjacency():
     m = DeepGCN(4, 6, 3, 2, 'graph').eval(); _randomise_norms(m)
     with torch.no_grad():
         torch.testing.assert_close(m(g.x, to_torch_csr_tensor(g.edge_index, size=(30, 30))), m(g.x, g.edge_index), atol=1e-5, rtol=1e-5)
+
+# ---------------------------------------------------------------- issue 19: GraphNormv2's shared structure, per-graph batching, graph classification
+
+from interpkit.papers.graphnorm import (OPERATORS, CONVS, structure_graphs, mean_signal_graphs, GraphClassifier, TrainedGraphClassifier,
+                                        graph_accuracy, train_graph_classifier, graph_sweep, sweep_table, shipped_runs)
+
+def _irregular_graphs():
+    "Three graphs of different sizes (9, 14, 6 nodes), irregular, one with an isolated node."
+    gs = [csbm(n=n, d=3, p_in=0.5, p_out=0.2, seed=s) for n, s in ((9, 0), (14, 1), (6, 2))]
+    return gs
+
+def _operator_np(ei, n, operator):
+    A = np.zeros((n, n)); A[ei[0].numpy(), ei[1].numpy()] = 1; A = np.maximum(A, A.T); np.fill_diagonal(A, 1)
+    if operator == 'gcn': d = A.sum(1); A = A / np.sqrt(d[:, None] * d[None, :])
+    return A
+
+def _basis_np(ei, n, k, operator):
+    "The documented basis written again in numpy: top-k eigenvectors (signed to sum >= 0), then 1 minus its projection, normalised."
+    w, V = np.linalg.eigh(_operator_np(ei, n, operator))
+    V = V[:, np.argsort(w)[::-1][:k]]; V = V * np.where(V.sum(0) < 0, -1.0, 1.0)
+    r = np.ones(n) - V @ (V.T @ np.ones(n))
+    return np.concatenate([V, (r / np.linalg.norm(r))[:, None]], 1)
+
+def _v2_by_hand(x, E, lam, tau, gamma, beta, eps):
+    "GraphNormv2 on ONE graph in float64 numpy: x - lam * mean - E (tau * E^T x), divided by sqrt(mean square + eps), gamma, beta."
+    c = x - lam * x.mean(0) - E @ (tau[:E.shape[1]] * (E.T @ x))
+    return gamma * c / np.sqrt((c ** 2).mean(0) + eps) + beta
+
+@pytest.mark.parametrize('operator', OPERATORS)
+def test_basis_per_graph_against_numpy_and_contains_one(operator):
+    gs = _irregular_graphs(); b = Batch.from_data_list(gs)
+    for k in (0, 1, 3):
+        E = centring_basis(b.edge_index, b.num_nodes, b.batch, k=k, operator=operator)
+        assert E.shape == (b.num_nodes, k + 1) and E.dtype == torch.float64
+        for j, gg in enumerate(gs):
+            Eb = E[b.batch == j].numpy()
+            w = np.sort(np.linalg.eigvalsh(_operator_np(gg.edge_index, gg.num_nodes, operator)))[::-1]
+            ref = _basis_np(gg.edge_index, gg.num_nodes, k, operator)
+            if k == 0 or w[k - 1] - w[k] > 1e-6:   # the top-k span is unique: so are its projector and the remainder of 1
+                np.testing.assert_allclose(Eb[:, :k] @ Eb[:, :k].T, ref[:, :k] @ ref[:, :k].T, atol=1e-8)
+                np.testing.assert_allclose(Eb[:, k], ref[:, k], atol=1e-8)
+            if k == 0 or np.diff(w[:k + 1]).max() < -1e-6:   # distinct top eigenvalues: the vectors themselves
+                np.testing.assert_allclose(Eb, ref, atol=1e-8)
+            assert (Eb[:, :k].sum(0) >= -1e-12).all()
+            np.testing.assert_allclose(Eb.T @ Eb, np.eye(k + 1), atol=1e-10)                       # orthonormal
+            one = np.ones(gg.num_nodes); np.testing.assert_allclose(Eb @ (Eb.T @ one), one, atol=1e-10)   # 1 lies in span(E)
+    E0 = centring_basis(b.edge_index, b.num_nodes, b.batch, k=0)   # k = 0: the basis is 1 / sqrt(n_b) of each graph
+    for j, gg in enumerate(gs): np.testing.assert_allclose(E0[b.batch == j, 0].numpy(), np.full(gg.num_nodes, gg.num_nodes ** -0.5), atol=1e-12)
+
+def test_basis_regular_graph_has_no_remainder_and_interleaved_batch():
+    import networkx as nx
+    G = nx.cycle_graph(8)   # regular: 1 is the top eigenvector of both operators, nothing of 1 is left over
+    ei = to_undirected(torch.tensor(list(G.edges())).T)
+    for op in OPERATORS:
+        E = centring_basis(ei, 8, k=2, operator=op).numpy()
+        np.testing.assert_allclose(E[:, 0], np.full(8, 8 ** -0.5), atol=1e-10)
+        np.testing.assert_allclose(E[:, 2], 0, atol=0)
+    # nodes of the graphs interleaved (not contiguous): the same per-graph basis
+    gs = _irregular_graphs()[:2]; n0, n1 = gs[0].num_nodes, gs[1].num_nodes
+    perm = torch.randperm(n0 + n1, generator=torch.Generator().manual_seed(0))   # new id of each old node
+    b = Batch.from_data_list(gs)
+    batch = torch.empty_like(b.batch); batch[perm] = b.batch
+    E = centring_basis(perm[b.edge_index], n0 + n1, batch, k=2)
+    torch.testing.assert_close(E[perm], centring_basis(b.edge_index, n0 + n1, b.batch, k=2))
+
+def test_basis_from_edges_no_dense_batch_and_cached_per_graph(monkeypatch):
+    import interpkit.papers.graphnorm as gnm, torch_geometric.utils as pyg_utils
+    def boom(*a, **kw): raise AssertionError('a dense adjacency of the whole batch')
+    monkeypatch.setattr(gnm, 'to_dense_adj', boom); monkeypatch.setattr(pyg_utils, 'to_dense_adj', boom)
+    gs = _irregular_graphs()
+    b = Batch.from_data_list([gs[0], gs[1], gs[0], gs[2], gs[0]])   # graph 0 three times
+    calls = []
+    real = gnm._graph_basis
+    monkeypatch.setattr(gnm, '_graph_basis', lambda A, k: calls.append(A.shape[0]) or real(A, k))
+    cache = {}
+    E = centring_basis(b.edge_index, b.num_nodes, b.batch, k=2, cache=cache)
+    assert sorted(calls) == sorted([9, 14, 6]) and len(cache) == 3   # one eigendecomposition per distinct graph
+    again = centring_basis(b.edge_index, b.num_nodes, b.batch, k=2, cache=cache)
+    assert len(calls) == 3 and torch.equal(again, E)                 # all from the cache
+    torch.testing.assert_close(E, centring_basis(b.edge_index, b.num_nodes, b.batch, k=2))   # the same numbers as without a cache
+    centring_basis(b.edge_index, b.num_nodes, b.batch, k=1, cache=cache); assert len(calls) == 3 + 5 + 3   # no cache: 5; another k: 3 new entries
+    with pytest.raises(ShapeError, match='joins two graphs'):
+        centring_basis(torch.tensor([[0], [12]]), b.num_nodes, b.batch)
+
+def _random_v2(C, k, seed):
+    m = GraphNormv2(C, k=k)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in (m.weight, m.bias, m.mean_scale, m.tau): p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return m
+
+def test_graphnormv2_per_graph_statistics_against_a_loop_over_graphs():
+    gs = _irregular_graphs(); b = Batch.from_data_list(gs)
+    E = centring_basis(b.edge_index, b.num_nodes, b.batch, k=2)
+    x = torch.randn(b.num_nodes, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    m = _random_v2(5, 2, 3).double()
+    with torch.no_grad(): out = m(x, b.batch, basis=E).numpy()
+    P = {n: p.detach().numpy() for n, p in m.named_parameters()}
+    for j in range(len(gs)):
+        sel = (b.batch == j).numpy()
+        ref = _v2_by_hand(x.numpy()[sel], E.numpy()[sel], P['mean_scale'], P['tau'], P['weight'], P['bias'], 1e-5)
+        np.testing.assert_allclose(out[sel], ref, atol=1e-10)
+    # the statistics are per graph: with batch=None (one graph of all nodes) the answer differs
+    with torch.no_grad(): assert np.abs(m(x, None, basis=E).numpy() - out).max() > 1e-2
+
+def test_graphnormv2_reductions_to_pyg_graphnorm_and_rescaling():
+    gs = _irregular_graphs(); b = Batch.from_data_list(gs)
+    E = centring_basis(b.edge_index, b.num_nodes, b.batch, k=3)
+    x = torch.randn(b.num_nodes, 4, generator=torch.Generator().manual_seed(2))
+    gn, v2 = GraphNorm(4), GraphNormv2(4, k=3)
+    with torch.no_grad():
+        # at initialisation, with any basis: PyG's GraphNorm at initialisation (mean-centring), bit for bit
+        assert torch.equal(v2(x, b.batch, basis=E), gn(x, b.batch)) and torch.equal(v2(x, b.batch), gn(x, b.batch))
+        sel = b.batch == 1; xc = x[sel] - x[sel].mean(0)
+        torch.testing.assert_close(v2(x, b.batch, basis=E)[sel], xc / (xc.pow(2).mean(0) + 1e-5).sqrt())
+        # tau = 0, lambda = alpha: PyG's GraphNorm with the same alpha, gamma, beta
+        gen = torch.Generator().manual_seed(4)
+        for p in (gn.mean_scale, gn.weight, gn.bias): p.copy_(torch.randn(4, generator=gen))
+        v2.mean_scale.copy_(gn.mean_scale); v2.weight.copy_(gn.weight); v2.bias.copy_(gn.bias)
+        assert torch.equal(v2(x, b.batch, basis=E), gn(x, b.batch))
+        # lambda = 0, tau = 0: rescaling only, x / sqrt(mean x^2 + eps) per graph
+        v2.mean_scale.zero_()
+        for j in range(3):
+            s = b.batch == j
+            torch.testing.assert_close(v2(x, b.batch, basis=E)[s], v2.weight * x[s] / (x[s].pow(2).mean(0) + 1e-5).sqrt() + v2.bias)
+        # a learned centring inside span(E): tau_j = -lambda * <e_j, 1/sqrt n>^2 ... removing all of span(E) is tau = 1, lambda = 0
+        v2.weight.fill_(1); v2.bias.zero_(); v2.tau.fill_(1)
+        c = v2.centre(x, b.batch, basis=E)
+        for j in range(3):
+            s = b.batch == j; Eb = E[s].float()
+            torch.testing.assert_close(c[s], x[s] - Eb @ (Eb.T @ x[s]), atol=1e-6, rtol=1e-5)
+
+def test_graphnormv2_fixed_centring_does_not_learn():
+    m = GraphNormv2(3, learn_centring=False)
+    assert not m.mean_scale.requires_grad and not m.tau.requires_grad and m.weight.requires_grad
+    assert _make_norm_names() == set(NORMS) | {'centre'}
+
+def _make_norm_names():
+    from interpkit.papers.graphnorm import _make_norm
+    names = set()
+    for nm in NORMS + ('centre',):
+        _make_norm(nm, 4, 1); names.add(nm)
+    with pytest.raises(ConfigError, match='norm'): _make_norm('layer', 4, 1)
+    return names
+
+@pytest.mark.parametrize('conv', CONVS)
+@pytest.mark.parametrize('norm', NORMS + ('centre',))
+def test_permuting_graphs_permutes_outputs(conv, norm):
+    gs = _irregular_graphs(); order = [2, 0, 1]
+    m = GraphClassifier(3, 8, 2, 2, conv, norm, k=2, seed=1).eval()
+    if norm not in ('none', 'centre'): _randomise_norms(m)
+    b, bp = Batch.from_data_list(gs), Batch.from_data_list([gs[i] for i in order])
+    with torch.no_grad():
+        E = centring_basis(b.edge_index, b.num_nodes, b.batch, k=2, operator=conv)
+        Ep = centring_basis(bp.edge_index, bp.num_nodes, bp.batch, k=2, operator=conv)
+        out, outp = m(b.x, b.edge_index, b.batch, E), m(bp.x, bp.edge_index, bp.batch, Ep)
+        torch.testing.assert_close(outp, out[order], atol=1e-5, rtol=1e-5)
+        if norm != 'batch':   # per-graph (or no) statistics: each graph's logits equal the graph alone
+            alone = torch.cat([m(g.x, g.edge_index, None, centring_basis(g.edge_index, g.num_nodes, k=2, operator=conv)) for g in gs])
+            torch.testing.assert_close(out, alone, atol=1e-5, rtol=1e-5)
+    if norm == 'graphv2':   # the per-graph layer itself: permuting graphs permutes its output
+        nm = m.norms[0]; h = torch.randn(b.num_nodes, 8, generator=torch.Generator().manual_seed(0))
+        hp = torch.cat([h[b.batch == i] for i in order])
+        with torch.no_grad(): torch.testing.assert_close(nm(hp, bp.batch, basis=Ep), torch.cat([nm(h, b.batch, basis=E)[b.batch == i] for i in order]))
+
+def test_gin_classifier_forward_by_hand():
+    g = _irregular_graphs()[1]
+    m = GraphClassifier(3, 5, 2, 2, 'gin', 'none', seed=2).eval()
+    A = torch.tensor(_operator_np(g.edge_index, g.num_nodes, 'gin')).float()   # sum over neighbours plus the node itself
+    h = g.x @ m.inp.weight.T + m.inp.bias
+    for conv in m.convs:
+        l1, l2 = conv.nn[0], conv.nn[2]
+        h = torch.relu(torch.relu((A @ h) @ l1.weight.T + l1.bias) @ l2.weight.T + l2.bias)
+    with torch.no_grad(): torch.testing.assert_close(m(g.x, g.edge_index), (h.mean(0) @ m.out.weight.T + m.out.bias)[None], atol=1e-5, rtol=1e-5)
+
+def test_structure_graphs_are_what_they_say():
+    gs = structure_graphs(30, nodes=(10, 14), seed=1)
+    ys = [int(g.y) for g in gs]
+    assert sorted(ys) == [0] * 10 + [1] * 10 + [2] * 10
+    for g in gs:
+        n, m = g.num_nodes, g.edge_index.shape[1] // 2
+        assert 10 <= n <= 14 and m == {0: 2 * n, 1: 2 * n, 2: 2 * (n - 2)}[int(g.y)]   # gnm: 2n; WS(k=4): 2n; BA(m=2): 2(n-2)
+        deg = torch.bincount(g.edge_index[0], minlength=n).clamp(max=8)
+        assert torch.equal(g.x.argmax(1), deg) and torch.equal(g.x.sum(1), torch.ones(n))
+    assert all(torch.equal(a.edge_index, b.edge_index) for a, b in zip(gs, structure_graphs(30, nodes=(10, 14), seed=1)))
+
+def test_mean_signal_graphs_carry_the_label_only_in_the_mean():
+    gs = mean_signal_graphs(40, shift=3.0, seed=2)
+    assert sorted(int(g.y) for g in gs) == [0] * 20 + [1] * 20
+    for g in gs:
+        deg = torch.bincount(g.edge_index[0], minlength=g.num_nodes)
+        assert (deg == 4).all()
+        assert (g.x[:, 0].mean() > 0) == bool(g.y)   # shift 3 >> noise: the sign of the mean is the label
+
+def _flip(g, shift):
+    "The same graph and noise with the other class's shift: x[:, 0] moved by -2 shift (class 1) or +2 shift (class 0)."
+    h = g.clone(); h.x = g.x.clone(); h.x[:, 0] += (-2 * shift) if int(g.y) else 2 * shift
+    return h
+
+@pytest.mark.parametrize('norm', ['centre', 'pair', 'graph', 'graphv2', 'none'])
+def test_mean_centring_removes_the_mean_signal_exactly(norm):
+    # on regular graphs 1 is an eigenvector of A, so the class shift stays in the 1-direction up to the first normalisation,
+    # where mean-centring removes it: the logits of a graph and of its flipped twin are equal for ANY weights
+    gs = mean_signal_graphs(6, seed=3)
+    m = GraphClassifier(4, 8, 2, 2, 'gcn', norm, seed=0).eval()
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.requires_grad: p.add_(0.3 * torch.randn(p.shape, generator=gen))   # any weights, also a learnable centring
+        b, bf = Batch.from_data_list(gs), Batch.from_data_list([_flip(g, 0.5) for g in gs])
+        diff = (m(b.x, b.edge_index, b.batch) - m(bf.x, bf.edge_index, bf.batch)).abs().max()
+    if norm in ('centre', 'pair'): assert diff < 1e-4
+    else: assert diff > 1e-3   # a learnable (or no) centring lets the shift through
+
+def test_train_graph_classifier_recounted_and_sweep_table():
+    gs = mean_signal_graphs(24, seed=1)
+    r = train_graph_classifier(gs, 2, 'gcn', 'graphv2', steps=4, batch_size=8, hidden=8, seed=2)
+    assert isinstance(r, TrainedGraphClassifier) and len(r.history) == 4 and not any(mod.training for mod in r.model.modules())
+    te = r.test_graphs.tolist(); tr = sorted(set(range(24)) - set(te))
+    assert len(te) == 12 and torch.equal(r.test_graphs, torch.randperm(24, generator=torch.Generator().manual_seed(2))[12:])
+    def acc(idx):   # graph by graph, each with its own basis
+        hits = 0
+        with torch.no_grad():
+            for i in idx:
+                g = gs[i]; hits += int(r.model(g.x, g.edge_index, None, centring_basis(g.edge_index, g.num_nodes, k=1)).argmax() == g.y)
+        return hits / len(idx)
+    assert r.test_accuracy == pytest.approx(acc(te)) and r.train_accuracy == pytest.approx(acc(tr))
+    from torch_geometric.data import Data
+    withb = [Data(**{**gs[i].to_dict(), 'basis': centring_basis(gs[i].edge_index, gs[i].num_nodes, k=1).float()}) for i in te]
+    assert graph_accuracy(r.model, withb, batch_size=5) == pytest.approx(acc(te))
+    assert all(torch.equal(a, b) for a, b in zip(r.model.parameters(), train_graph_classifier(gs, 2, 'gcn', 'graphv2', steps=4, batch_size=8, hidden=8, seed=2).model.parameters()))
+    runs = graph_sweep(gs, ('gcn', 'gin'), ('none', 'graphv2'), (1,), (0, 1), steps=2, batch_size=8, hidden=4)
+    assert list(runs.columns) == ['conv', 'norm', 'depth', 'seed', 'train', 'test'] and len(runs) == 8
+    one = train_graph_classifier(gs, 1, 'gin', 'graphv2', steps=2, batch_size=8, hidden=4, seed=1)
+    assert runs.query("conv == 'gin' and norm == 'graphv2' and seed == 1").test.item() == one.test_accuracy
+    t = sweep_table(runs)
+    v = runs.query("conv == 'gcn' and norm == 'none'").test.to_numpy()
+    assert t.loc[('gcn', 1), 'none'] == f"{v.mean():.3f} ± {v.std(ddof=1):.3f}" and list(t.columns) == ['none', 'graphv2']
+    with pytest.raises(ConfigError, match='conv'): GraphClassifier(3, 4, 2, 1, 'gat')
+    with pytest.raises(ConfigError, match='graph'): train_graph_classifier(gs[:1], 1)
+
+def test_asset_script_tiny_run_and_shipped_tables(tmp_path):
+    import importlib.util, pathlib
+    spec = importlib.util.spec_from_file_location('mk', pathlib.Path(__file__).parent.parent / 'tools' / 'make_graphnorm_assets.py')
+    mk = importlib.util.module_from_spec(spec); spec.loader.exec_module(mk)
+    cfg = dict(data=dict(n=12, seed=0), convs=('gcn',), norms=('centre', 'graphv2'), depths=(1,), seeds=(0, 1), train=dict(steps=2, batch_size=4, hidden=4, k=1))
+    path, runs, _ = mk.make('graphnorm_tiny', mean_signal_graphs, cfg, folder=tmp_path)
+    back = shipped_runs('graphnorm_tiny', tmp_path)
+    pd.testing.assert_frame_equal(back[runs.columns], runs.astype({'train': float, 'test': float}), atol=1e-6, check_dtype=False)
+    assert back.attrs['config']['norms'] == ['centre', 'graphv2']
+    # the shipped tables hold the configs the script documents, and one cheap run of each reproduces
+    for name, cfg, fn in (('graphnorm_mean_signal', mk.MEAN_SIGNAL, mean_signal_graphs), ('graphnorm_sweep', mk.SWEEP, structure_graphs)):
+        ship = shipped_runs(name)
+        assert len(ship) == len(cfg['convs']) * len(cfg['norms']) * len(cfg['depths']) * len(cfg['seeds'])
+        row = ship.iloc[0]
+        r = train_graph_classifier(fn(**cfg['data']), int(row.depth), row.conv, row.norm, seed=int(row.seed), **cfg['train'])
+        assert (r.train_accuracy, r.test_accuracy) == pytest.approx((row.train, row.test), abs=1e-6)
+
+def test_mean_signal_bayes_accuracy_against_simulation():
+    from interpkit.papers.graphnorm import mean_signal_bayes_accuracy
+    gs = mean_signal_graphs(8, nodes=(4, 9), seed=0)
+    rng = np.random.default_rng(0); hits = []
+    for g in gs:   # brute force: simulate the class-0 mean of feature 0 many times, classify by its sign (the Bayes rule)
+        n = g.num_nodes; means = rng.standard_normal((200_000, n)).mean(1) - 0.5
+        hits.append((means < 0).mean())
+    assert mean_signal_bayes_accuracy(gs, 0.5) == pytest.approx(np.mean(hits), abs=3e-3)
+    assert mean_signal_bayes_accuracy(gs, 0.0) == 0.5 and mean_signal_bayes_accuracy(gs, 5.0) > 0.999
+
+def test_claim_c_learned_centring_reaches_the_bayes_rate_fixed_stays_at_chance():
+    # the notebook's claim-(c) run, one seed: fixed mean-centring is blind to the label (see the flip test), the learned one is not
+    from interpkit.papers.graphnorm import mean_signal_bayes_accuracy
+    gs = mean_signal_graphs(200)
+    fixed, learned = (train_graph_classifier(gs, 2, 'gcn', nm, steps=100, hidden=16, seed=0).test_accuracy for nm in ('centre', 'graphv2'))
+    assert abs(fixed - 0.5) < 0.1 and learned > mean_signal_bayes_accuracy(gs, 0.5) - 0.06
+
+def test_graph_set_defaults_are_the_documented_ones():
+    same = lambda a, b: len(a) == len(b) and all(torch.equal(g.x, h.x) and torch.equal(g.edge_index, h.edge_index) and torch.equal(g.y, h.y) for g, h in zip(a, b))
+    assert same(structure_graphs(), structure_graphs(300, (12, 24), 8, 0))
+    assert same(mean_signal_graphs(), mean_signal_graphs(200, (10, 20), 4, 0.5, 4, 0))
+    sizes = [g.num_nodes for g in structure_graphs()]
+    assert min(sizes) >= 12 and max(sizes) <= 24 and structure_graphs()[0].x.shape[1] == 9

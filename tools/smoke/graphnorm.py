@@ -1,13 +1,16 @@
-"Smoke checks of interpkit.papers.graphnorm: the linearised GNN and its diagnostics, DeepGCN with every normalisation on graphs and mini-batches, train_gcn."
+"Smoke checks of interpkit.papers.graphnorm: the linearised GNN and its diagnostics, DeepGCN with every normalisation on graphs and mini-batches, train_gcn, and graph classification with GraphNormv2's per-graph basis."
 import math
 import torch
 from torch_geometric.data import Batch
 from _util import on, finite, untouched
-from interpkit.papers.graphnorm import (NORMS, csbm, karate, gcn_operator, linear_gnn, dirichlet_energy, feature_effective_rank, numerical_rank,
+from interpkit.papers.graphnorm import (NORMS, CONVS, csbm, karate, gcn_operator, linear_gnn, dirichlet_energy, feature_effective_rank, numerical_rank,
                                         top_eigvecs, eigenspace_energy, subspace_distance, probe_accuracy, depth_curves, centring_basis,
-                                        GraphNormv2, DeepGCN, train_gcn, projection)
+                                        GraphNormv2, DeepGCN, train_gcn, projection, structure_graphs, mean_signal_graphs, GraphClassifier,
+                                        graph_accuracy, train_graph_classifier, graph_sweep, sweep_table)
 
-NOT_SMOKED = {'TrainedGCN': 'made by train_gcn'}
+NOT_SMOKED = {'TrainedGCN': 'made by train_gcn', 'TrainedGraphClassifier': 'made by train_graph_classifier',
+              'mean_signal_bayes_accuracy': 'a closed form over graph sizes, on the CPU',
+              'shipped_runs': 'loads a shipped table of accuracies: nothing device-specific'}
 
 def _graph(device, dtype, n=30, seed=0):
     "A CSBM graph on `device`, its features in `dtype`."
@@ -36,7 +39,7 @@ def checks(device, dtype):
         g1, g2 = _graph(device, dtype, 30, 0), _graph(device, dtype, 17, 1)
         b = Batch.from_data_list([g1, g2])
         seen = []
-        for norm in NORMS:
+        for norm in NORMS + ('centre',):
             m = DeepGCN(4, 8, 3, 2, norm, k=2).to(device=device, dtype=dtype).eval()
             basis = lambda d, batch=None: centring_basis(d.edge_index, d.num_nodes, batch, k=2) if norm == 'graphv2' else None
             with untouched(m), torch.no_grad():
@@ -58,4 +61,25 @@ def checks(device, dtype):
         assert 0 <= r.train_accuracy <= 1 and 0 <= r.test_accuracy <= 1
         return f"loss {r.history.loss.iloc[0]:.3g} -> {r.history.loss.iloc[-1]:.3g}, test accuracy {r.test_accuracy:.2f}"
 
-    return [('diagnostics', diagnostics), ('deep_gcn', deep_gcn), ('train', train)]
+    def graph_classification():
+        gs = [g.to(device) for g in structure_graphs(12, seed=0)]
+        for g in gs: g.x = g.x.to(dtype)
+        b = Batch.from_data_list(gs)
+        cache = {}
+        for conv in CONVS:
+            E = on(centring_basis(b.edge_index, b.num_nodes, b.batch, k=2, operator=conv, cache=cache), device, f'{conv} basis')
+            for norm in NORMS + ('centre',):
+                m = GraphClassifier(b.num_features, 8, 3, 2, conv, norm, k=2).to(device=device, dtype=dtype).eval()
+                with untouched(m), torch.no_grad():
+                    out = on(m(b.x, b.edge_index, b.batch, E), device, f'{conv} {norm} logits')
+                    assert out.dtype == dtype and out.shape == (12, 3)
+                    assert 0 <= graph_accuracy(m, gs, batch_size=5) <= 1
+        r = train_graph_classifier(gs, 2, 'gin', 'graphv2', steps=3, batch_size=4, hidden=8)
+        assert next(r.model.parameters()).device.type == device.type
+        finite(torch.tensor(r.history.loss.to_numpy()), 'loss')
+        ms = [g.to(device) for g in mean_signal_graphs(8, seed=0)]
+        runs = graph_sweep(ms, ('gcn',), ('centre', 'graphv2'), (1,), (0, 1), steps=2, batch_size=4, hidden=4)
+        t = sweep_table(runs)
+        return f"{len(cache)} cached bases, loss {r.history.loss.iloc[0]:.3g} -> {r.history.loss.iloc[-1]:.3g}, sweep {t.iloc[0].tolist()}"
+
+    return [('diagnostics', diagnostics), ('deep_gcn', deep_gcn), ('train', train), ('graph_classification', graph_classification)]

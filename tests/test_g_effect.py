@@ -654,3 +654,40 @@ def test_g_effect_runs_in_eval_mode_orders_groups_and_checks_its_data(untouched)
     last = {k: v[-1:] for k, v in FORGET.items()}
     assert g_effect(m.eval(), 'ga', FORGET, RETAIN, batch_size=1, smoothing=0.0).unlearning == pytest.approx(
         float(sum((a * b).sum() for a, b in zip(grad(my_loss('ga', m, m, last), m), grad(nll(m, last), m)))), rel=1e-8)
+
+def test_objective_hyper_parameters_and_defaults():
+    assert objective() == objective('ga') and objective().name == 'ga'
+    o = objective('wtnpo', alpha=1.0)
+    assert (o.beta, o.alpha) == (4.0, 1.0)                                  # alpha alone, beta left at its default
+    assert objective('wtnpo', beta=2.0, alpha=0.5) .alpha == 0.5 and objective('rmu', c=3).c == 3.0 and objective('rmu', seed=3).seed == 3
+    for name in ('tnpo', 'wtnpo', 'wga'):
+        with pytest.raises(ConfigError, match='beta'): objective(name, beta=-1)
+    assert objective('wga', beta=0).beta == 0.0
+    with pytest.raises(ConfigError, match='objective'): objective('gaa')
+    with pytest.raises(ConfigError, match='regularizer'): objective('ga', regularizer='kll')
+
+def test_param_group_names_with_uneven_groups_and_loose_parameters():
+    m = lm(double=False, n_layers=3)
+    assert set(param_groups(m, 2).values()) == {'embed', 'layers 0-1', 'layers 2-2', 'final norm', 'lm_head'}
+    class Loose(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale, self.proj = nn.Parameter(torch.ones(3)), nn.Linear(3, 3)
+    assert param_groups(Loose()) == {'scale': 'other', 'proj.weight': 'proj', 'proj.bias': 'proj'}
+
+def test_counts_of_npo_rmu_and_kl_on_longer_answers():
+    "NPO averages over sequences, RMU over every labelled position, KL over real positions: checked where tokens, rows and positions differ."
+    m = lm(seed=27)
+    qs, _ = QA.pairs(QA.forget[:4])
+    long_ = encode_queries(TOK, qs, IDK_ANSWERS[:4])                     # answers of 4 and 5 tokens, so tokens != rows
+    a, b = (g_effect(m, 'npo', long_, RETAIN, batch_size=bs) for bs in (1, 64))
+    assert a.unlearning == pytest.approx(b.unlearning, rel=1e-10) and a.loss == pytest.approx(b.loss, rel=1e-10)
+    from interpkit.models import encode_texts
+    texts = encode_texts(TOK, ['Where was Avel born ?', 'Lisbon'])      # every token labelled, the first one too
+    s, c = forget_term(objective('rmu'), m, texts)
+    assert c == int(texts['attention_mask'].sum())
+    g1, g64 = (g_effect(m, 'rmu', texts, RETAIN, batch_size=bs) for bs in (1, 64))
+    assert g1.loss == pytest.approx(float(s.detach()) / c, rel=1e-10) == g64.loss
+    nomask = {k: v for k, v in RETAIN.items() if k != 'attention_mask'}
+    kl = g_effect(m, objective('ga', regularizer='kl'), FORGET, nomask, ref=perturbed(m))
+    assert math.isfinite(kl.unlearning) and math.isfinite(kl.loss)

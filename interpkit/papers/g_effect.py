@@ -260,7 +260,7 @@ def _weighted(data:dict, batch_size:int, smoothing, count) -> list:
     ws = _coefs(len(bs), smoothing)
     return [(b, 1 / sum(cs)) for b in bs] if ws is None else [(b, w / c) for b, c, w in zip(bs, cs, ws)]
 
-def _grads(model, params:list, terms:list, batch_size:int, smoothing) -> tuple:
+def _grads(params:list, terms:list, batch_size:int, smoothing) -> tuple:
     "The gradient (float32 or wider, one tensor per parameter) and the value of sum over terms of weight * (mean of term over its data)."
     acc, value = [torch.zeros_like(p, dtype=torch.promote_types(p.dtype, torch.float32)) for _, p in params], 0.0
     for data, fn, count, weight in terms:
@@ -316,10 +316,10 @@ def g_effect(model, # A causal LM (its trainable parameters are the ones measure
     params = _params(model); names = [n for n, _ in params]
     grp = param_groups(model, groups)
     with evaluating(model):
-        gL, value = _grads(model, params, _objective_terms(obj, model, forget, retain, ref, idk), batch_size, smoothing)
+        gL, value = _grads(params, _objective_terms(obj, model, forget, retain, ref, idk), batch_size, smoothing)
         cols = {}
         for key, data in (('unlearning', forget), ('retention', retain)):
-            gR, _ = _grads(model, params, [(data, lambda b: risk_term(model, b), _tokens, 1.0)], batch_size, smoothing)
+            gR, _ = _grads(params, [(data, lambda b: risk_term(model, b), _tokens, 1.0)], batch_size, smoothing)
             cols[key] = _dots(gL, gR, names, grp); del gR
     df = pd.DataFrame(cols).reindex(_group_order(grp.values()))
     df.index.name = 'group'
@@ -349,11 +349,11 @@ def instance_g_effects(model, # A causal LM
     rows = []
     with evaluating(model):
         risk = [(d, lambda b: risk_term(model, b), _tokens, 1.0) for d in (forget, retain)]
-        gu, gr = (_grads(model, params, [t], batch_size, None)[0] for t in risk)
+        gu, gr = (_grads(params, [t], batch_size, None)[0] for t in risk)
         for i in range(len(forget['input_ids'])):
             if not (obj.name == 'idk' or _tokens(_row(forget, i))): continue
             one = _objective_terms(obj, model, _row(forget, i), retain, ref, _row(idk, i) if obj.name == 'idk' else None)
-            gL, value = _grads(model, params, one, batch_size, None)
+            gL, value = _grads(params, one, batch_size, None)
             dot = lambda a, b: sum(float((x.double() * y.double()).sum()) for x, y in zip(a, b))
             rows.append(dict(example=i, unlearning=dot(gL, gu), retention=dot(gL, gr), loss=value))
     return pd.DataFrame(rows).set_index('example')
@@ -390,7 +390,7 @@ def step_check(model, # A causal LM
     obj, work = _resolve(objective), copy.deepcopy(model)
     params = _params(work)
     with evaluating(work):
-        g, _ = _grads(work, params, _objective_terms(obj, work, forget, retain, model if ref is None else ref, idk), batch_size, None)
+        g, _ = _grads(params, _objective_terms(obj, work, forget, retain, model if ref is None else ref, idk), batch_size, None)
     with torch.no_grad():
         for (_, p), gi in zip(params, g): p.sub_(lr * gi.to(p.dtype))
     rows = [dict(risk=k, g_effect=e, predicted=-lr * e, actual=qa_metrics(work, d, batch_size)['nll'] - qa_metrics(model, d, batch_size)['nll'])

@@ -16,8 +16,8 @@ from .models import mask_positions, to_model, iter_batches, check_batch_size, ev
 # %% auto #0
 __all__ = ['CANONICAL', 'MODEL_TYPES', 'Site', 'resid_pre', 'resid_post', 'attn_out', 'mlp_out', 'head_out', 'head_q', 'as_site',
            'Layout', 'layout', 'module_paths', 'HookPoint', 'resolve', 'all_sites', 'is_linear', 'weight_matrix',
-           'linear_modules', 'final_norm', 'mlp_norm', 'norm_eps', 'norm_gain', 'hooked', 'ActCache', 'capture',
-           'GradCache', 'capture_grads', 'add', 'scale', 'patch', 'head_means', 'ablate_heads']
+           'linear_modules', 'final_norm', 'mlp_norm', 'mlp_linears', 'norm_eps', 'norm_gain', 'hooked', 'ActCache',
+           'capture', 'GradCache', 'capture_grads', 'add', 'scale', 'patch', 'head_means', 'ablate_heads']
 
 # %% ../nbs/core/02_hooks.ipynb #05c5c55d
 @dataclass(frozen=True)
@@ -258,6 +258,20 @@ def mlp_norm(model:nn.Module, # A model with a known layout
     except AttributeError:
         raise SiteError(f"Block {layer % lay.n_layers} of {type(model).__name__} has no {path!r}, the norm its layout ({lay.family}) puts before the MLP.",
                         "A block as `transformers` builds it for that family.", "Use the model as transformers built it, or read the norm by its module path.") from None
+
+_FFN = {'bert': ('intermediate', 'output.dense')}  # a block's feed-forward modules, where they are not its layout's 'mlp'
+
+def mlp_linears(model:nn.Module, # A model with a known layout
+                layer:int # Index of the block
+               ) -> dict[str, nn.Module]: # {module path: linear layer}, in model order
+    "The linear layers of block `layer`'s feed-forward network: Llama's gate, up and down projections, GPT-2's `c_fc` and `c_proj`, BERT's intermediate and output dense layers; MoE blocks whose experts are fused tensors have none (it raises)."
+    lay = layout(model)
+    resolve(model, resid_post(layer), lay)  # checks the layout and the layer
+    block = f"{lay.blocks}.{layer % lay.n_layers}"
+    parts = [f"{block}.{p}" for p in _FFN.get(lay.family, (_LAYOUTS[lay.family]['mlp'],))]
+    out = {n: m for n, m in model.named_modules() if is_linear(m) and any(n == p or n.startswith(p + '.') for p in parts)}
+    if not out: raise SiteError(f"Block {layer % lay.n_layers} of {type(model).__name__} has no linear layer under {parts}.", "A block whose feed-forward network has nn.Linear or Conv1D layers.", "Pass the module paths of the layers you want.")
+    return out
 
 def norm_eps(norm:nn.Module # A LayerNorm or RMSNorm (any implementation)
             ) -> float:

@@ -10,7 +10,7 @@ from interpkit.errors import SiteError, ShapeError, ConfigError, InterpkitError,
 from interpkit.models import tiny_lm, TINY_ARCHS
 from interpkit.hooks import (Site, resid_pre, resid_post, attn_out, mlp_out, head_out, head_q, as_site, resolve, layout,
                              all_sites, module_paths, capture, capture_grads, patch, add, scale, ablate_heads, head_means, hooked, ActCache,
-                             linear_modules, weight_matrix, is_linear, final_norm, norm_gain, norm_eps, mlp_norm)
+                             linear_modules, weight_matrix, is_linear, final_norm, norm_gain, norm_eps, mlp_norm, mlp_linears)
 
 B, T, L, H, D = 2, 9, 3, 4, 64
 d = D // H
@@ -607,3 +607,19 @@ def test_mlp_norm_is_what_the_mlp_reads(arch):
     assert norm_eps(mlp_norm(m, 1)) == getattr(mlp_norm(m, 1), 'variance_epsilon', getattr(mlp_norm(m, 1), 'eps', None))
 
 POST_NORMED_ARCHS = ('gemma2', 'gemma3')
+
+@pytest.mark.parametrize('arch', TINY_ARCHS)
+def test_mlp_linears_are_the_blocks_linears_outside_attention(arch):
+    "mlp_linears(m, 1): linear layers of block 1, in model order, and every other linear of that block is attention's; MoE blocks (fused experts, no linear layer) raise."
+    m = tiny_lm(arch, n_layers=2)
+    block = f"{layout(m).blocks}.1"
+    if arch in ('mixtral', 'olmoe'):
+        with pytest.raises(SiteError, match='no linear layer'): mlp_linears(m, 1)
+        return
+    lin = mlp_linears(m, 1)
+    assert lin and all(p.startswith(block + '.') and is_linear(mod) for p, mod in lin.items())
+    assert list(lin) == [p for p in linear_modules(m) if p in lin]                   # model order
+    others = [p for p in linear_modules(m) if p.startswith(block + '.') and p not in lin]
+    assert others and all(any(w in p for w in ('attn', 'attention')) for p in others), others
+    assert list(mlp_linears(m, -1)) == list(lin)
+    with pytest.raises(SiteError): mlp_linears(m, 2)

@@ -1,0 +1,835 @@
+"""Tests of interpkit.papers.wasserstein: W1 to N(0, 1) against quadrature of |F_n - Phi|, scipy's wasserstein_distance and
+the closed-form value of a uniform sample; standardisation; the FFN linears of four layouts; collection and neuron scores
+against hooks and statistics written out here (padding, several passes, GPT-2's Conv1D); neuron picks against brute-force
+sorts; SparseGPT against the exact optimal-brain-surgeon solution and against a column-by-column reference written from its
+definition (fixed masks, unstructured masks per block, N:M, rows, dead inputs, any block size); input Hessians, row pruning,
+Sparse Expansion's routing, forward pass and experts; `sparsify` against a sequential reference that re-runs the whole
+model per layer; perplexity; the experiments against recomputation from the lower-level calls; typed errors and the model
+left untouched."""
+import copy, math, os
+import numpy as np, pandas as pd, pytest, torch
+from scipy import integrate, stats
+from scipy.special import ndtr, ndtri
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+from interpkit.errors import ConfigError, InterpkitError, NotFiniteError, ShapeError, SiteError
+from interpkit.models import tiny_lm
+from interpkit.papers.wasserstein import (EXPANSION_BLOCKS, PICKS, ExpandedLinear, Sparsified, collect, expand_linear, expansion_by_neuron, expansion_sweep,
+                                          ffn_linears, shipped_results,
+                                          improvement, input_hessians, neuron_scores, perplexity, pick_neurons, plot_neuron, plot_w1_layers,
+                                          prune_neurons, pruning_harm, sparsegpt, sparsify, standardize, w1_by_layer, w1_gaussian)
+
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+torch.set_num_threads(1)  # 2 threads on a shared 2-core machine oversubscribe badly
+
+def lm(arch='llama', n_layers=2, seed=0):
+    return tiny_lm(arch, n_layers=n_layers, d_model=32, n_heads=4, seed=seed).double()
+
+def padded(lengths=(10, 7, 10, 4, 9), seed=0, vocab=128):
+    "Right-padded token ids (pad id 0) with their attention mask."
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (len(lengths), max(lengths)), generator=g)
+    mask = (torch.arange(max(lengths))[None] < torch.tensor(lengths)[:, None]).long()
+    return {'input_ids': ids * mask, 'attention_mask': mask}
+
+DATA = padded()
+HELD = padded((9, 5, 8), seed=1)
+IDS = torch.randint(0, 128, (4, 8), generator=torch.Generator().manual_seed(2))
+
+def wmat(mod):
+    "(d_out, d_in) weight, written out here: Conv1D stores (d_in, d_out)."
+    return mod.weight.T if isinstance(mod, Conv1D) else mod.weight
+
+def real_rows(data):
+    "Each row of `data` cut to its real tokens (right padding), as (1, len) tensors."
+    if torch.is_tensor(data): return [r[None] for r in data]
+    return [data['input_ids'][i, :int(data['attention_mask'][i].sum())][None] for i in range(len(data['input_ids']))]
+
+def hooked(model, data, paths, inputs=False, alone=True):
+    """My own forward hooks: {path: (real tokens, d) float64 outputs (or inputs)}. alone=True: each row run by itself on its
+    real tokens (what "padding left out" means); alone=False: one pass over the whole padded batch, real tokens picked by the mask."""
+    got, hs = {p: [] for p in paths}, []
+    for p in paths:
+        def fn(mod, args, out, p=p):
+            t = args[0] if inputs else out
+            got[p].append(t.detach().double())
+        hs.append(model.get_submodule(p).register_forward_hook(fn))
+    try:
+        with torch.no_grad():
+            if alone:
+                for row in real_rows(data): model(input_ids=row)
+            else: model(**data) if isinstance(data, dict) else model(input_ids=data)
+    finally:
+        for h in hs: h.remove()
+    if alone: return {p: torch.cat([t.reshape(-1, t.shape[-1]) for t in v]) for p, v in got.items()}
+    keep = lambda t: t[data['attention_mask'].bool()] if isinstance(data, dict) else t.reshape(-1, t.shape[-1])
+    return {p: keep(v[0]) for p, v in got.items()}
+
+def near(a, b, rel=1e-5):
+    """a ≈ b up to `rel` of b's largest entry. In a float64 Llama a padded batch and its rows run alone differ by up to ~3e-6
+    relative (transformers' eager attention takes its softmax in float32), far below what a wrong token or a missing mask changes."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    err, scale = np.abs(a - b).max(), np.abs(b).max()
+    assert err <= rel * scale, f"max |a - b| = {err:.3g} > {rel:g} × {scale:.3g}"
+
+# ---------------------------------------------------------------- W1 to N(0, 1)
+
+def quad_w1(x):
+    "∫|F_n - Φ| by adaptive quadrature, F_n the ECDF of the population-standardised sample (numpy, scipy)."
+    x = np.asarray(x, dtype=float)
+    z = np.sort((x - x.mean()) / x.std())
+    tot = integrate.quad(ndtr, -np.inf, z[0], epsabs=1e-14)[0] + integrate.quad(lambda t: ndtr(-t), z[-1], np.inf, epsabs=1e-14)[0]
+    for a, b in zip(z[:-1], z[1:]):
+        if b <= a: continue
+        c = np.mean(z <= a)
+        cross = [p for p in (ndtri(c),) if a < p < b]
+        tot += integrate.quad(lambda t: abs(c - ndtr(t)), a, b, points=cross or None, epsabs=1e-14, epsrel=1e-12)[0]
+    return tot
+
+def uniform_w1():
+    "W1 between U(-√3, √3) (mean 0, variance 1) and N(0, 1): quadrature of |F_U - Φ|, split at the kinks and the crossings."
+    s3 = math.sqrt(3)
+    g = lambda t: min(max((t + s3) / (2 * s3), 0.0), 1.0) - stats.norm.cdf(t)
+    from scipy.optimize import brentq
+    r = brentq(g, -1.9, -1.0)   # the crossing in (-√3, 0); by symmetry also at -r and at 0
+    pts = [-s3, r, 0.0, -r, s3]
+    tails = 2 * integrate.quad(stats.norm.cdf, -np.inf, -s3, epsabs=1e-14)[0]
+    return tails + sum(integrate.quad(lambda t: abs(g(t)), a, b, epsabs=1e-14, epsrel=1e-12)[0] for a, b in zip(pts[:-1], pts[1:]))
+
+def test_w1_large_gaussian_and_uniform_samples():
+    rng = np.random.default_rng(0)
+    x = torch.as_tensor(rng.standard_normal((200_000, 2)))
+    assert (w1_gaussian(x) < 0.01).all()
+    ref = uniform_w1()
+    assert abs(ref - 0.15428) < 1e-4   # the known value
+    u = torch.as_tensor(rng.uniform(-3, 7, (200_000, 2)))   # any uniform: W1 is taken after standardisation
+    w = w1_gaussian(u)
+    assert w.dtype == torch.float64 and w.shape == (2,)
+    np.testing.assert_allclose(w.numpy(), ref, atol=5e-3)
+    np.testing.assert_allclose(w1_gaussian(u, 'quantile').numpy(), ref, atol=5e-3)
+
+SMALL = {'seven_with_ties': np.array([3., 1., 4., 1., 5., 9., 1.]),
+         'fifty': np.random.default_rng(1).exponential(size=50)}
+
+@pytest.mark.parametrize('name', list(SMALL))
+def test_w1_exact_against_quadrature_and_scipy(name):
+    x = SMALL[name]
+    w = float(w1_gaussian(torch.as_tensor(x)))
+    assert abs(w - quad_w1(x)) < 1e-8
+    z = (x - x.mean()) / x.std()
+    m = 1_000_000
+    gauss = stats.norm.ppf((np.arange(m) + 0.5) / m)   # a huge Gaussian sample (its own quantiles: far closer to N(0, 1) than 1e-3)
+    assert abs(w - stats.wasserstein_distance(z, gauss)) < 1e-3
+    # float32 input: the same numbers (standardised in float64)
+    assert abs(float(w1_gaussian(torch.as_tensor(x, dtype=torch.float32))) - w) < 1e-5
+
+def test_w1_quantile_method_agrees_with_exact():
+    rng = np.random.default_rng(2)
+    x = torch.as_tensor(np.stack([rng.exponential(size=10_000), rng.laplace(size=10_000), rng.standard_t(5, size=10_000), rng.uniform(size=10_000)], 1))
+    e, q = w1_gaussian(x), w1_gaussian(x, 'quantile')
+    np.testing.assert_allclose(q.numpy(), e.numpy(), rtol=0.03)
+    assert (e > 0.05).all()   # not the trivial agreement of two zeros
+
+def test_w1_shapes_chunks_invariance_and_errors():
+    rng = np.random.default_rng(3)
+    x = torch.as_tensor(rng.gamma(2.0, size=(120, 5)))
+    w = w1_gaussian(x)
+    ref = np.array([quad_w1(x[:, j].numpy()) for j in range(5)])
+    np.testing.assert_allclose(w.numpy(), ref, atol=1e-8)
+    # 'quantile': mean |z_(i) - Φ⁻¹((i - ½)/n)| over the sorted standardised sample, as documented
+    xn = x.numpy(); zs = np.sort((xn - xn.mean(0)) / xn.std(0), 0)
+    q_ref = np.abs(zs - ndtri((np.arange(1, 121) - 0.5) / 120)[:, None]).mean(0)
+    np.testing.assert_allclose(w1_gaussian(x, 'quantile').numpy(), q_ref, rtol=0, atol=1e-12)
+    # 1-D: one neuron, a scalar
+    one = w1_gaussian(x[:, 2])
+    assert one.dim() == 0 and abs(float(one) - ref[2]) < 1e-8
+    # chunks do not change the numbers
+    torch.testing.assert_close(w1_gaussian(x, chunk=2), w, rtol=0, atol=1e-13)
+    # shift and scale (also a negative scale: N(0, 1) is symmetric)
+    for a, b in ((3.0, -7.0), (1e-3, 5.0), (-2.5, 1.0)):
+        torch.testing.assert_close(w1_gaussian(a * x + b), w, rtol=0, atol=1e-9)
+    # errors
+    c = x.clone(); c[:, 3] = 4.2
+    with pytest.raises(NotFiniteError): w1_gaussian(c)
+    n = x.clone(); n[7, 1] = float('nan')
+    with pytest.raises(NotFiniteError): w1_gaussian(n)
+    with pytest.raises(ShapeError): w1_gaussian(x[None])
+    with pytest.raises(ShapeError): w1_gaussian(x[:1])
+    with pytest.raises(ShapeError): w1_gaussian(torch.tensor(1.0))
+    with pytest.raises(ConfigError): w1_gaussian(x, method='sorted')
+
+def test_standardize():
+    rng = np.random.default_rng(4)
+    x = rng.normal(3.0, 5.0, size=(40, 6)).astype(np.float32)
+    z = standardize(torch.as_tensor(x))
+    assert z.dtype == torch.float64
+    xd = x.astype(np.float64)
+    np.testing.assert_allclose(z.numpy(), (xd - xd.mean(0)) / xd.std(0, ddof=0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(z.numpy().std(0, ddof=0), 1, atol=1e-12)
+    c = torch.as_tensor(x).clone(); c[:, 0] = 0
+    with pytest.raises(NotFiniteError): standardize(c)
+    with pytest.raises(ShapeError): standardize(torch.as_tensor(x[:, 0]))
+
+# ---------------------------------------------------------------- FFN linears
+
+def test_ffn_linears_per_layout():
+    exp = {'llama': [f'model.layers.{i}.mlp.{p}' for i in range(2) for p in ('gate_proj', 'up_proj', 'down_proj')],
+           'gpt2': [f'transformer.h.{i}.mlp.{p}' for i in range(2) for p in ('c_fc', 'c_proj')],
+           'neox': [f'gpt_neox.layers.{i}.mlp.{p}' for i in range(2) for p in ('dense_h_to_4h', 'dense_4h_to_h')],
+           'bert': [f'bert.encoder.layer.{i}.{p}' for i in range(2) for p in ('intermediate.dense', 'output.dense')]}
+    for arch, paths in exp.items():
+        m = tiny_lm(arch, n_layers=2, d_model=32, n_heads=4)
+        got = ffn_linears(m)
+        assert list(got) == paths, arch
+        assert all(got[p] is m.get_submodule(p) for p in paths)
+    with pytest.raises(SiteError): ffn_linears(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)))
+
+# ---------------------------------------------------------------- collection and neuron scores
+
+@pytest.mark.parametrize('arch', ['llama', 'gpt2'])
+def test_collect_against_own_hooks_with_padding(arch, untouched):
+    m = lm(arch)
+    sites = list(ffn_linears(m))[:3]
+    for inputs in (False, True):
+        ref = hooked(m, DATA, sites, inputs)
+        got = {s: [] for s in sites}
+        with untouched(m):
+            collect(m, DATA, sites, lambda outs: [got[s].append(o.double()) for s, o in outs.items()], batch_size=2, inputs=inputs)
+        for s in sites:
+            assert len(got[s]) == 3   # 5 rows in batches of 2
+            near(torch.cat(got[s]), ref[s])
+            assert len(ref[s]) == int(DATA['attention_mask'].sum())
+            torch.testing.assert_close(torch.cat(got[s]), hooked(m, DATA, [s], inputs, alone=False)[s], rtol=0, atol=1e-12)
+
+def test_collect_plain_tensor_and_hooks_removed_on_error(untouched):
+    m = lm()
+    s = 'model.layers.1.mlp.up_proj'
+    got = []
+    collect(m, IDS, [s], lambda o: got.append(o[s]), batch_size=3)
+    torch.testing.assert_close(torch.cat(got).double(), hooked(m, IDS, [s])[s], rtol=0, atol=1e-10)
+    def boom(o): raise RuntimeError('stop')
+    with untouched(m), pytest.raises(RuntimeError): collect(m, IDS, [s], boom)
+    with untouched(m), pytest.raises(ConfigError): collect(m, IDS, [s], got.append, batch_size=0)
+    with untouched(m), pytest.raises(ShapeError): collect(m, IDS[0], [s], got.append)
+
+def stats_ref(y):
+    "Per-neuron mean, population std, Fisher biased kurtosis (numpy/scipy)."
+    y = y.numpy()
+    return y.mean(0), y.std(0, ddof=0), stats.kurtosis(y, axis=0, fisher=True, bias=True)
+
+@pytest.mark.parametrize('arch', ['llama', 'gpt2'])
+def test_neuron_scores_against_hooks_numpy_scipy(arch, untouched):
+    m = lm(arch)
+    mods = ffn_linears(m)
+    with untouched(m): sc = neuron_scores(m, DATA, batch_size=2)
+    ref = hooked(m, DATA, list(mods))
+    assert list(sc.columns) == ['site', 'neuron', 'w1', 'mean', 'std', 'kurtosis', 'weight_norm']
+    assert list(sc.site.unique()) == list(mods)
+    for p, mod in mods.items():
+        rows, y = sc[sc.site == p], ref[p]
+        assert rows.neuron.tolist() == list(range(y.shape[1]))
+        mu, sd, ku = stats_ref(y)
+        near(rows['mean'], mu); near(rows['std'], sd)
+        np.testing.assert_allclose(rows['kurtosis'], ku, rtol=0, atol=1e-3)
+        np.testing.assert_allclose(rows['w1'], w1_gaussian(y).numpy(), rtol=0, atol=1e-4)
+        for j in (0, 5):
+            assert abs(rows['w1'].iloc[j] - quad_w1(y[:, j].numpy())) < 1e-4
+        # weight-row norms, from the raw parameter: Conv1D's weight is (d_in, d_out), so its neurons are columns
+        w = mod.weight.detach().double().numpy()
+        norms = np.linalg.norm(w, axis=0) if arch == 'gpt2' else np.linalg.norm(w, axis=1)
+        assert isinstance(mod, Conv1D) == (arch == 'gpt2')
+        np.testing.assert_allclose(rows['weight_norm'], norms, rtol=1e-12)
+
+def test_neuron_scores_several_passes_sites_and_quantile(untouched):
+    m = lm()
+    sites = ['model.layers.0.mlp.up_proj', 'model.layers.1.mlp.gate_proj', 'model.layers.1.mlp.down_proj']
+    one = neuron_scores(m, DATA, sites, batch_size=2)
+    calls = []
+    h = m.get_input_embeddings().register_forward_hook(lambda *a: calls.append(1))
+    try: several = neuron_scores(m, DATA, sites, batch_size=2, max_bytes=1)
+    finally: h.remove()
+    assert len(calls) == 3 * 3   # one pass per site (3 batches each)
+    pd.testing.assert_frame_equal(one, several)
+    with untouched(m): several = neuron_scores(m, DATA, sites, batch_size=2, max_bytes=1)
+    pd.testing.assert_frame_equal(one, several)
+    # one site as a string; the 'quantile' method
+    single = neuron_scores(m, DATA, sites[1], batch_size=5)
+    pd.testing.assert_frame_equal(single, one[one.site == sites[1]].reset_index(drop=True), rtol=1e-12)
+    y = hooked(m, DATA, [sites[1]])[sites[1]]
+    q = neuron_scores(m, DATA, sites[1], method='quantile')
+    np.testing.assert_allclose(q.w1, w1_gaussian(y, 'quantile').numpy(), rtol=0, atol=1e-4)
+    assert not np.allclose(q.w1, single.w1, rtol=0, atol=1e-6)
+    with pytest.raises(ConfigError): neuron_scores(m, DATA, [])
+
+# ---------------------------------------------------------------- picks
+
+def toy_scores():
+    rng = np.random.default_rng(5)
+    parts = [pd.DataFrame({'site': s, 'neuron': np.arange(n), 'w1': rng.random(n), 'mean': rng.normal(size=n), 'std': rng.random(n) + 0.1,
+                           'kurtosis': rng.normal(size=n), 'weight_norm': rng.random(n)}) for s, n in (('a.fc', 40), ('b.fc', 7))]
+    return pd.concat(parts, ignore_index=True)
+
+KEY = {'w1': lambda r: r.w1, 'mean': lambda r: abs(r['mean']), 'variance': lambda r: r['std'] ** 2, 'magnitude': lambda r: r.weight_norm}
+
+@pytest.mark.parametrize('frac', [0.03, 0.1, 0.5, 1.0])
+def test_pick_neurons_against_brute_force(frac):
+    sc = toy_scores()
+    for by in ('w1', 'mean', 'variance', 'magnitude'):
+        got = pick_neurons(sc, by, frac)
+        assert list(got) == ['a.fc', 'b.fc']
+        for site, n in (('a.fc', 40), ('b.fc', 7)):
+            k = max(1, round(frac * n))
+            rows = [r for _, r in sc[sc.site == site].iterrows()]
+            best = sorted(rows, key=lambda r: -KEY[by](r))[:k]
+            assert got[site].tolist() == sorted(int(r.neuron) for r in best), (by, site)
+    r = pick_neurons(sc, 'random', frac, seed=3)
+    for site, n in (('a.fc', 40), ('b.fc', 7)):
+        k = max(1, round(frac * n))
+        v = r[site].tolist()
+        assert len(v) == k and v == sorted(set(v)) and all(0 <= i < n for i in v)
+
+def test_pick_neurons_random_seeds_and_errors():
+    sc = toy_scores()
+    a, b, c = (pick_neurons(sc, 'random', 0.5, seed=s) for s in (0, 0, 1))
+    assert all(torch.equal(a[s], b[s]) for s in a)
+    assert not torch.equal(a['a.fc'], c['a.fc'])
+    for frac in (0, -0.1, 1.5, float('nan')):
+        with pytest.raises(ConfigError): pick_neurons(sc, 'w1', frac)
+    with pytest.raises(ConfigError): pick_neurons(sc, 'kurt')
+    assert set(PICKS) == {'w1', 'mean', 'variance', 'magnitude', 'random'}
+
+# ---------------------------------------------------------------- SparseGPT
+
+def layer_data(d_out=8, d_in=96, n=600, seed=0, dead=(), rank=8):
+    "A weight and the Hessian XᵀX/n of correlated inputs (a few shared factors plus noise and an offset, as activations are)."
+    g = torch.Generator().manual_seed(seed)
+    f64 = dict(generator=g, dtype=torch.float64)
+    X = torch.randn(n, rank, **f64) @ (2 * torch.randn(rank, d_in, **f64)) + torch.randn(n, d_in, **f64) + 0.5 * torch.randn(d_in, **f64)
+    X[:, list(dead)] = 0
+    return torch.randn(d_out, d_in, **f64), X.T @ X / n, X
+
+def ref_sparsegpt(W, H, sparsity=0.5, n_m=None, mask=None, blocksize=128, percdamp=0.01):
+    """SparseGPT from its definition, one column at a time: the saliency of a weight w_k is w_k² / [(H_{≥k,≥k})⁻¹]_{00};
+    pruning w_j (δ_j = -w_j) moves only the later columns, by -H_{>j,>j}⁻¹ H_{>j,j} δ_j; masks are chosen at the start
+    of each `blocksize` columns (unstructured: the smallest round(s·numel) saliencies of the block) or of each m columns (N:M)."""
+    W, H = W.double().clone(), H.double().clone()
+    d_out, d = W.shape
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1; W[:, dead] = 0
+    H += percdamp * torch.diag(H).mean() * torch.eye(d, dtype=H.dtype)
+    M = torch.zeros(d_out, d, dtype=torch.bool) if mask is None else mask.clone().bool()
+    obs = lambda cols: torch.stack([W[:, k] ** 2 / torch.linalg.inv(H[k:, k:])[0, 0] for k in cols], 1)
+    for j in range(d):
+        if mask is None and n_m is None and j % blocksize == 0:
+            cols = list(range(j, min(j + blocksize, d)))
+            s = obs(cols).flatten()
+            flat = torch.zeros(len(s), dtype=torch.bool); flat[s.argsort(stable=True)[:round(sparsity * len(s))]] = True
+            M[:, cols] = flat.view(d_out, len(cols))
+        if mask is None and n_m is not None and j % n_m[1] == 0:
+            cols = list(range(j, min(j + n_m[1], d)))
+            idx = obs(cols).argsort(dim=1, stable=True)[:, :n_m[0]]
+            M[torch.arange(d_out)[:, None], j + idx] = True
+        c = torch.linalg.solve(H[j + 1:, j + 1:], H[j + 1:, j]) if j + 1 < d else None
+        p = M[:, j]
+        if c is not None: W[p, j + 1:] += W[p, j][:, None] * c[None]
+        W[p, j] = 0
+    return W
+
+def test_sparsegpt_prefix_mask_is_the_exact_obs_solution():
+    W, H, _ = layer_data(d_out=5, d_in=40)
+    mask = torch.zeros_like(W, dtype=torch.bool)
+    for r, p in enumerate((1, 5, 13, 20, 31)): mask[r, :p] = True   # a prefix per row
+    got = sparsegpt(W, H, mask=mask, percdamp=0)
+    for r in range(5):
+        P, F = mask[r], ~mask[r]
+        wF = W[r, F] + torch.linalg.solve(H[F][:, F], H[F][:, P] @ W[r, P])
+        assert (got[r, P] == 0).all()
+        torch.testing.assert_close(got[r, F], wF, rtol=0, atol=1e-9)
+
+def test_sparsegpt_general_mask_against_sequential_reference():
+    W, H, _ = layer_data(d_out=6, d_in=70, seed=1)
+    mask = torch.rand(W.shape, generator=torch.Generator().manual_seed(3)) < 0.6
+    for percdamp in (0.0, 0.01, 0.1):
+        ref = ref_sparsegpt(W, H, mask=mask, percdamp=percdamp)
+        for bs in (4, 24, 32, 48, 128, 1000):
+            got = sparsegpt(W, H, mask=mask, blocksize=bs, percdamp=percdamp)
+            assert torch.equal(got == 0, mask), (percdamp, bs)
+            torch.testing.assert_close(got, ref, rtol=0, atol=1e-9)
+
+@pytest.mark.parametrize('sparsity', [0.25, 0.5, 0.875])
+def test_sparsegpt_unstructured_counts_per_block_and_reference(sparsity):
+    W, H, _ = layer_data(d_out=8, d_in=96, seed=2)
+    for bs in (8, 24, 32, 48, 64, 128):
+        got = sparsegpt(W, H, sparsity, blocksize=bs)
+        for i in range(0, 96, bs):
+            blk = got[:, i:i + bs]
+            assert int((blk == 0).sum()) == round(sparsity * blk.numel()), (bs, i)
+        torch.testing.assert_close(got, ref_sparsegpt(W, H, sparsity, blocksize=bs), rtol=0, atol=1e-9)
+    # one block over all columns: the mask is the round(s·numel) smallest OBS saliencies w² / [U]_jj² of the original weight
+    # (U the upper Cholesky factor of the damped inverse Hessian), and the weights are those of that fixed mask
+    Hd = H + 0.01 * torch.diag(H).mean() * torch.eye(96, dtype=H.dtype)
+    U = torch.linalg.cholesky(torch.linalg.inv(Hd), upper=True)
+    sal = (W ** 2 / torch.diag(U)[None] ** 2).flatten()
+    mask = torch.zeros(sal.numel(), dtype=torch.bool); mask[sal.argsort()[:round(sparsity * sal.numel())]] = True
+    mask = mask.view(W.shape)
+    for bs in (96, 100, 256):   # lazy updates in blocks of 32 (96, 256) or in one block (100)
+        got = sparsegpt(W, H, sparsity, blocksize=bs)
+        assert torch.equal(got == 0, mask), bs
+        torch.testing.assert_close(got, sparsegpt(W, H, mask=mask), rtol=0, atol=1e-10)
+
+@pytest.mark.parametrize('n_m,bs', [((2, 4), 128), ((2, 4), 8), ((2, 4), 48), ((4, 8), 128), ((1, 4), 64)])
+def test_sparsegpt_n_m(n_m, bs):
+    W, H, _ = layer_data(d_out=6, d_in=64, seed=4)
+    got = sparsegpt(W, H, n_m=n_m, blocksize=bs)
+    n, m = n_m
+    assert ((got == 0).view(6, -1, m).sum(-1) == n).all()
+    torch.testing.assert_close(got, ref_sparsegpt(W, H, n_m=n_m), rtol=0, atol=1e-9)
+
+@pytest.mark.parametrize('n_m,bs', [((1, 3), 128), ((2, 4), 6), ((3, 6), 128), ((48, 96), 128)])
+def test_sparsegpt_n_m_groups_not_dividing_the_lazy_block(n_m, bs):
+    "Groups of m are counted from column 0 whatever m, the lazy block (32) and blocksize are (m = 3, 6 and 96 do not divide 32)."
+    W, H, _ = layer_data(d_out=6, d_in=96, seed=4)
+    got = sparsegpt(W, H, n_m=n_m, blocksize=bs)
+    n, m = n_m
+    assert ((got == 0).view(6, -1, m).sum(-1) == n).all()
+    torch.testing.assert_close(got, ref_sparsegpt(W, H, n_m=n_m), rtol=0, atol=1e-9)
+
+def test_sparsegpt_n_m_needs_whole_groups():
+    W, H, _ = layer_data(d_out=6, d_in=96, seed=4)
+    with pytest.raises(ConfigError, match='whole groups'): sparsegpt(W, H, n_m=(32, 64))
+    with pytest.raises(ConfigError, match='whole groups'): expand_linear(nn.Linear(96, 6), torch.randn(50, 96), n_m=(1, 5), n_experts=2)
+
+def test_sparsegpt_rows_dead_inputs_and_inputs_left_alone():
+    W, H, _ = layer_data(d_out=8, d_in=40, seed=5)
+    W0, H0 = W.clone(), H.clone()
+    rows = [1, 4, 5]
+    got = sparsegpt(W, H, 0.5, rows=rows)
+    other = [i for i in range(8) if i not in rows]
+    assert torch.equal(got[other], W[other])
+    torch.testing.assert_close(got[rows], sparsegpt(W[rows], H, 0.5), rtol=0, atol=1e-12)
+    assert int((got[rows] == 0).sum()) == round(0.5 * 3 * 40)
+    assert torch.equal(W, W0) and torch.equal(H, H0)
+    assert torch.equal(sparsegpt(W, H, 0.5, rows=[]), W)
+    # float32 in, float32 out; sparsity 0 changes nothing
+    w32 = W.float()
+    out = sparsegpt(w32, H, 0.5)
+    assert out.dtype == torch.float32 and int((out == 0).sum()) == 160
+    assert torch.equal(sparsegpt(W, H, 0.0), W)
+    # dead inputs (zero Hessian diagonal): zero weights there, finite elsewhere, as the reference
+    Wd, Hd, _ = layer_data(d_out=6, d_in=40, seed=6, dead=(3, 17))
+    for kw in (dict(sparsity=0.5), dict(n_m=(2, 4)), dict(mask=torch.rand(6, 40, generator=torch.Generator().manual_seed(0)) < 0.3)):
+        out = sparsegpt(Wd, Hd, **kw)
+        assert (out[:, [3, 17]] == 0).all() and torch.isfinite(out).all(), kw
+        torch.testing.assert_close(out, ref_sparsegpt(Wd, Hd, **kw), rtol=0, atol=1e-9)
+
+def test_sparsegpt_beats_magnitude_pruning_on_correlated_inputs():
+    W, H, X = layer_data(d_out=16, d_in=64, n=800, seed=7)
+    err = lambda Wh: float(((X @ (W - Wh).T) ** 2).sum())
+    for s in (0.5, 0.7):
+        mag = W.clone(); mag.view(-1)[W.abs().flatten().argsort()[:round(s * W.numel())]] = 0
+        sp = sparsegpt(W, H, s)
+        assert int((sp == 0).sum()) == int((mag == 0).sum())
+        assert err(sp) < 0.5 * err(mag), s
+
+def test_sparsegpt_bad_input():
+    W, H, _ = layer_data(d_out=4, d_in=16)
+    for s in (-0.1, 1, 1.5, True, '0.5', None, float('nan')):
+        with pytest.raises(ConfigError): sparsegpt(W, H, s)
+    for nm in ((2, 2), (0, 4), (3, 2), [2, 4], (2,), (2.0, 4), (2, 4, 8)):
+        with pytest.raises(ConfigError): sparsegpt(W, H, n_m=nm)
+    with pytest.raises(ShapeError): sparsegpt(W[0], H)
+    with pytest.raises(ShapeError): sparsegpt(W, H[:-1, :-1])
+    with pytest.raises(ShapeError): sparsegpt(W, H, mask=torch.zeros(4, 15, dtype=torch.bool))
+    bad = H.clone(); bad[2, 2] = float('inf')
+    with pytest.raises(NotFiniteError): sparsegpt(W, bad)
+
+@pytest.mark.parametrize('bs', [0, -5, 2.5, True])
+def test_sparsegpt_bad_blocksize(bs):
+    W, H, _ = layer_data(d_out=4, d_in=16)
+    with pytest.raises(ConfigError, match='blocksize'): sparsegpt(W, H, 0.5, blocksize=bs)
+    with pytest.raises(ConfigError, match='blocksize'): sparsegpt(W, H, mask=torch.zeros(W.shape, dtype=torch.bool), blocksize=bs)
+
+# ---------------------------------------------------------------- Hessians and neuron pruning
+
+@pytest.mark.parametrize('arch', ['llama', 'gpt2'])
+def test_input_hessians_against_own_hooks(arch, untouched):
+    m = lm(arch)
+    with untouched(m): Hs = input_hessians(m, DATA, batch_size=2)
+    mods = ffn_linears(m)
+    assert list(Hs) == list(mods)
+    X = hooked(m, DATA, list(mods), inputs=True)
+    for p in mods:
+        assert Hs[p].dtype == torch.float64 and Hs[p].device.type == 'cpu'
+        near(Hs[p], X[p].T @ X[p] / len(X[p]))
+        Xb = hooked(m, DATA, [p], inputs=True, alone=False)[p]
+        torch.testing.assert_close(Hs[p], Xb.T @ Xb / len(Xb), rtol=1e-12, atol=1e-18)
+
+@pytest.mark.parametrize('arch', ['llama', 'gpt2'])
+def test_prune_neurons_only_the_picked_rows(arch, untouched):
+    m = lm(arch)
+    sites = list(ffn_linears(m))
+    Hs = input_hessians(m, DATA, [sites[0], sites[-1]])
+    picks = {sites[0]: torch.tensor([2, 9, 40]), sites[-1]: torch.tensor([0, 31])}
+    with untouched(m): new = prune_neurons(m, Hs, picks, sparsity=0.9)
+    before, after = dict(m.named_parameters()), dict(new.named_parameters())
+    for name, p in before.items():
+        site = name.rsplit('.', 1)[0]
+        if site in picks and name.endswith('weight'):
+            w0, w1 = wmat(m.get_submodule(site)).detach(), wmat(new.get_submodule(site)).detach()
+            differ = (w0 != w1).any(1).nonzero().flatten()
+            assert differ.tolist() == picks[site].tolist(), name
+            torch.testing.assert_close(w1, sparsegpt(w0, Hs[site], 0.9, rows=picks[site]), rtol=0, atol=1e-12)
+            assert int((w1[picks[site]] == 0).sum()) == round(0.9 * w1[picks[site]].numel())
+        else: assert torch.equal(p, after[name]), name
+    with untouched(m), pytest.raises(ConfigError): prune_neurons(m, {sites[0]: Hs[sites[0]]}, picks)
+
+# ---------------------------------------------------------------- Sparse Expansion
+
+def clustered(n=400, d=64, k=4, seed=0):
+    "Inputs in `k` well-separated clusters (and fresh tokens from the same mixture)."
+    g = torch.Generator().manual_seed(seed)
+    centres = 4 * torch.randn(k, d, generator=g, dtype=torch.float64)
+    pick = torch.randint(0, k, (2 * n,), generator=g)
+    X = centres[pick] + torch.randn(2 * n, d, generator=g, dtype=torch.float64)
+    return X[:n], X[n:]
+
+def np_route(ex, x):
+    "Nearest centroid of each token's PCA projection, brute force in numpy (float64), and the gap to the second nearest."
+    z = x.reshape(-1, x.shape[-1]).double().numpy() - ex.pca_mean.double().numpy()
+    if ex.pca_components is not None: z = z @ ex.pca_components.double().numpy().T
+    d = ((z[:, None, :] - ex.centroids.double().numpy()[None]) ** 2).sum(-1) ** 0.5
+    s = np.sort(d, 1)
+    return d.argmin(1), s[:, 1] - s[:, 0]
+
+def layer(d_in=64, d_out=12, seed=0):
+    torch.manual_seed(seed)
+    return nn.Linear(d_in, d_out).double()
+
+def test_expand_linear_routing_pca_and_forward(untouched):
+    X, fresh = clustered()
+    lin = layer()
+    with untouched(lin): ex = expand_linear(lin, X, 0.5, n_experts=4, n_init=2)
+    assert isinstance(ex, ExpandedLinear) and ex.n_experts == 4 and ex.experts.shape == (4, 12, 64)
+    assert ex.pca_components.shape == (2, 64)   # d_in // 32
+    # the PCA axes span the top-2 principal subspace of the inputs
+    Xc = (X - X.mean(0)).numpy()
+    V = np.linalg.svd(Xc, full_matrices=False)[2][:2]
+    C = ex.pca_components.double().numpy()
+    np.testing.assert_allclose(C.T @ C, V.T @ V, atol=1e-5)
+    np.testing.assert_allclose(ex.pca_mean.numpy(), X.mean(0).numpy(), atol=1e-5)
+    # routing: the nearest centroid, for calibration and fresh tokens alike
+    for x in (X, fresh):
+        ids, gap = np_route(ex, x)
+        got = ex.route(x).numpy()
+        assert ((got == ids) | (gap < 1e-4)).all()
+    assert len(np.unique(np_route(ex, X)[0])) == 4
+    # forward: each token through its own expert, plus the bias
+    x = fresh[:10].view(2, 5, 64)
+    out = ex(x)
+    assert out.shape == (2, 5, 12)
+    r = ex.route(x)
+    loop = torch.stack([x[i, t] @ ex.experts[r[i, t]].T + lin.bias for i in range(2) for t in range(5)]).view(2, 5, 12)
+    torch.testing.assert_close(out, loop, rtol=0, atol=1e-12)
+    # each expert: SparseGPT from the Hessian of the calibration tokens routed to it
+    ids = np_route(ex, X)[0]
+    for c in range(4):
+        Xc = X[torch.as_tensor(ids == c)]
+        torch.testing.assert_close(ex.experts[c], sparsegpt(lin.weight.detach(), Xc.T @ Xc / len(Xc), 0.5), rtol=0, atol=1e-9)
+        assert int((ex.experts[c] == 0).sum()) == round(0.5 * 12 * 64)
+    # k-means centroids: the means of the projections routed to them
+    Z = (X.numpy() - ex.pca_mean.double().numpy()) @ C.T
+    for c in range(4): np.testing.assert_allclose(ex.centroids[c].numpy(), Z[ids == c].mean(0), atol=1e-4)
+    assert 'n_experts=4' in repr(ex)
+
+def test_expand_linear_one_expert_is_sparsegpt_and_n_m():
+    X, fresh = clustered(seed=1)
+    lin = layer(seed=1)
+    W = lin.weight.detach()
+    ex = expand_linear(lin, X, 0.6, n_experts=1)
+    torch.testing.assert_close(ex.experts[0], sparsegpt(W, X.T @ X / len(X), 0.6), rtol=0, atol=1e-10)
+    assert (ex.route(fresh) == 0).all()
+    torch.testing.assert_close(ex(fresh), fresh @ ex.experts[0].T + lin.bias, rtol=0, atol=1e-12)
+    ex = expand_linear(lin, X, n_experts=3, n_m=(2, 4), pca_dim=0, n_init=1)
+    assert ex.pca_components is None
+    ids = np_route(ex, X)[0]
+    for c in range(3):
+        Xc = X[torch.as_tensor(ids == c)]
+        torch.testing.assert_close(ex.experts[c], sparsegpt(W, Xc.T @ Xc / len(Xc), n_m=(2, 4)), rtol=0, atol=1e-9)
+
+def test_expand_linear_conv1d_and_errors(untouched):
+    X, fresh = clustered(d=48, seed=2)
+    torch.manual_seed(2)
+    conv = Conv1D(10, 48).double()   # nf=10 outputs, nx=48 inputs: weight (48, 10)
+    nn.init.normal_(conv.bias)
+    with untouched(conv): ex = expand_linear(conv, X, 0.5, n_experts=3, pca_dim=2, n_init=1)
+    assert ex.experts.shape == (3, 10, 48)
+    ids = np_route(ex, X)[0]
+    for c in range(3):
+        Xc = X[torch.as_tensor(ids == c)]
+        torch.testing.assert_close(ex.experts[c], sparsegpt(conv.weight.detach().T, Xc.T @ Xc / len(Xc), 0.5), rtol=0, atol=1e-9)
+    r = ex.route(fresh[:7])
+    torch.testing.assert_close(ex(fresh[:7]), torch.stack([fresh[t] @ ex.experts[r[t]].T + conv.bias for t in range(7)]), rtol=0, atol=1e-12)
+    lin = layer(d_in=48)
+    with untouched(lin):
+        with pytest.raises(ConfigError): expand_linear(lin, X[:5], n_experts=6)
+        for k in (0, True, 2.0):
+            with pytest.raises(ConfigError): expand_linear(lin, X, n_experts=k)
+        with pytest.raises(ConfigError): expand_linear(lin, X, sparsity=1.0, n_experts=2)
+        with pytest.raises(ShapeError): expand_linear(lin, X[:, :40], n_experts=2)
+    with pytest.raises(InterpkitError): expand_linear(nn.ReLU(), X, n_experts=2)
+
+# ---------------------------------------------------------------- sparsify
+
+def ref_sparsify(model, data, sparsity, sites):
+    "Sequentially, in model order: each site's inputs captured by a full forward pass of the partly pruned copy, then SparseGPT."
+    new = copy.deepcopy(model)
+    for p in [n for n, _ in new.named_modules() if n in set(sites)]:
+        X = hooked(new, data, [p], inputs=True, alone=False)[p]
+        W = wmat(new.get_submodule(p))
+        with torch.no_grad(): W.copy_(sparsegpt(W.detach(), X.T @ X / len(X), sparsity))
+    return new
+
+def check_errors(s, model, data, sparsity):
+    "`errors` against recomputation from the inputs each site gets in the returned model (those it saw while being sparsified)."
+    for p, rows in s.errors.groupby('site', sort=False):
+        X = hooked(s.model, data, [p], inputs=True, alone=False)[p]
+        old, mod = model.get_submodule(p), s.model.get_submodule(p)
+        W, b = wmat(old).detach(), old.bias
+        Y = X @ W.T + (0 if b is None else b.detach())
+        plain = X @ sparsegpt(W, X.T @ X / len(X), sparsity).T + (0 if b is None else b.detach())
+        with torch.no_grad(): Ys = mod(X)
+        assert rows.neuron.tolist() == list(range(W.shape[0]))
+        np.testing.assert_allclose(rows.error, ((Ys - Y) ** 2).mean(0).numpy(), rtol=1e-6, atol=1e-18)
+        np.testing.assert_allclose(rows.sparsegpt_error, ((plain - Y) ** 2).mean(0).numpy(), rtol=1e-6, atol=1e-18)
+        np.testing.assert_allclose(rows.power, (Y ** 2).mean(0).numpy(), rtol=1e-9)
+
+def test_sparsify_one_expert_against_sequential_reference(untouched):
+    m = lm('llama')
+    with untouched(m): s = sparsify(m, DATA, 0.6, n_experts=1, batch_size=2)
+    assert isinstance(s, Sparsified) and s.sparsity == 0.6 and s.n_experts == 1
+    sites = list(ffn_linears(m))
+    ref = ref_sparsify(m, DATA, 0.6, sites)
+    got, want = dict(s.model.named_parameters()), dict(ref.named_parameters())
+    for name, p in want.items(): torch.testing.assert_close(got[name], p, rtol=0, atol=1e-10, msg=name)
+    for name, p in m.named_parameters():
+        if name.rsplit('.', 1)[0] not in sites: assert torch.equal(got[name], p), name
+    assert list(s.errors.site.unique()) == sites
+    np.testing.assert_array_equal(s.errors.error, s.errors.sparsegpt_error)
+    check_errors(s, m, DATA, 0.6)
+    assert all(s.model.get_submodule(p).weight is not m.get_submodule(p).weight for p in sites)
+
+@pytest.mark.parametrize('arch,sites', [('gpt2', None), ('neox', None), ('llama', ['model.layers.1.mlp.gate_proj', 'model.layers.1.mlp.down_proj']),
+                                        ('llama', ['model.layers.1.mlp.up_proj', 'lm_head'])])
+def test_sparsify_other_layouts_later_blocks_and_sites_outside_blocks(arch, sites, untouched):
+    m = lm(arch)
+    with untouched(m): s = sparsify(m, DATA, 0.5, n_experts=1, sites=sites, batch_size=3)
+    sites = sites or list(ffn_linears(m))
+    ref = ref_sparsify(m, DATA, 0.5, sites)
+    want = dict(ref.named_parameters())
+    for name, p in s.model.named_parameters(): torch.testing.assert_close(p, want[name], rtol=0, atol=1e-10, msg=name)
+    check_errors(s, m, DATA, 0.5)
+
+def test_sparsify_experts_replace_only_the_sites(untouched):
+    m = lm('llama')
+    sites = ['model.layers.0.mlp.up_proj', 'model.layers.1.mlp.down_proj']
+    with untouched(m): s = sparsify(m, DATA, 0.5, n_experts=3, sites=sites, pca_dim=2, n_init=1, batch_size=2)
+    assert s.n_experts == 3
+    kinds = {n: type(mod) for n, mod in m.named_modules()}
+    for n, mod in s.model.named_modules():
+        if n in sites: assert isinstance(mod, ExpandedLinear) and mod.n_experts == 3, n
+        elif n in kinds: assert type(mod) is kinds[n], n
+    old = dict(m.named_parameters())
+    for n, p in s.model.named_parameters():
+        if n.rsplit('.', 2)[0] in sites or n.rsplit('.', 1)[0] in sites: continue
+        assert torch.equal(p, old[n]), n
+    # each expanded site: expand_linear of the original layer on the inputs it gets in the new model
+    for p in sites:
+        X = hooked(s.model, DATA, [p], inputs=True, alone=False)[p]
+        ref = expand_linear(m.get_submodule(p), X, 0.5, n_experts=3, pca_dim=2, n_init=1)
+        torch.testing.assert_close(s.model.get_submodule(p).experts, ref.experts, rtol=0, atol=1e-9)
+    check_errors(s, m, DATA, 0.5)
+    per_site = s.errors.groupby('site')[['error', 'sparsegpt_error']].sum()
+    assert (per_site.error < per_site.sparsegpt_error).all()   # experts fitted per cluster do better on the calibration inputs
+
+def test_sparsify_n_m_and_bad_input(untouched):
+    m = lm('llama')
+    s = sparsify(m, DATA, n_experts=1, n_m=(2, 4), sites=['model.layers.0.mlp.gate_proj'])
+    assert s.sparsity == 0.5
+    W = s.model.get_submodule('model.layers.0.mlp.gate_proj').weight
+    assert ((W == 0).view(W.shape[0], -1, 4).sum(-1) == 2).all()
+    with untouched(m):
+        with pytest.raises(ConfigError): sparsify(m, DATA, 1.0)
+        with pytest.raises(ConfigError): sparsify(m, DATA, 0.5, n_experts=0, sites=['model.layers.0.mlp.up_proj'])
+        with pytest.raises(ConfigError): sparsify(m, DATA, 0.5, sites=['model.layers.0.mlp'])
+        with pytest.raises(ConfigError): sparsify(m, DATA, 0.5, batch_size=0)
+
+# ---------------------------------------------------------------- perplexity and the experiments
+
+def ref_perplexity(model, data):
+    "exp of the token-weighted mean cross-entropy, each row run alone on its real tokens."
+    tot, n = 0.0, 0
+    with torch.no_grad():
+        for row in real_rows(data):
+            lp = model(input_ids=row).logits[0, :-1].double().log_softmax(-1)
+            tot -= float(lp.gather(1, row[0, 1:, None]).sum()); n += row.shape[1] - 1
+    return math.exp(tot / n)
+
+@pytest.mark.parametrize('arch', ['llama', 'gpt2'])
+def test_perplexity_against_hand_cross_entropy(arch, untouched):
+    m = lm(arch)
+    with untouched(m):
+        assert math.isclose(perplexity(m, DATA, batch_size=2), ref_perplexity(m, DATA), rel_tol=1e-6)
+        assert math.isclose(perplexity(m, IDS, batch_size=3), ref_perplexity(m, IDS), rel_tol=1e-6)
+        # padding excluded: the padded rows give what the unpadded rows alone give (not a plain average of per-row perplexities)
+        assert not math.isclose(perplexity(m, DATA), np.exp(np.mean([np.log(ref_perplexity(m, r)) for r in real_rows(DATA)])), rel_tol=1e-6)
+
+def test_pruning_harm_against_recomputation(untouched):
+    m = lm('llama')
+    sc = neuron_scores(m, DATA)
+    Hs = input_hessians(m, DATA)
+    with untouched(m): res = pruning_harm(m, sc, Hs, HELD, frac=0.1, sparsity=0.9, random_seeds=(0, 1), batch_size=2)
+    assert res.pick.tolist() == ['dense', 'w1', 'mean', 'variance', 'magnitude', 'random', 'random']
+    assert res.seed.tolist()[-2:] == [0, 1] and res.seed[:5].isna().all()
+    assert math.isclose(res.perplexity[0], perplexity(m, HELD, batch_size=2), rel_tol=1e-12) and np.isnan(res.w1[0])
+    for _, r in res.iloc[1:].iterrows():
+        picks = pick_neurons(sc, r.pick, 0.1, int(r.seed) if r.pick == 'random' else 0)
+        assert math.isclose(r.perplexity, perplexity(prune_neurons(m, Hs, picks, 0.9), HELD, batch_size=2), rel_tol=1e-12), r.pick
+        chosen = pd.DataFrame([(s, int(i)) for s, ix in picks.items() for i in ix], columns=['site', 'neuron']).merge(sc, on=['site', 'neuron'])
+        assert len(chosen) == sum(len(ix) for ix in picks.values())
+        assert math.isclose(r.w1, chosen.w1.mean(), rel_tol=1e-12), r.pick
+    assert res.perplexity[1:].ne(res.perplexity[0]).all()
+    with untouched(m), pytest.raises(ConfigError): pruning_harm(m, sc, Hs, HELD, frac=2.0)
+
+def test_expansion_sweep_and_improvement_against_recomputation(untouched):
+    m = lm('llama')
+    sites = ['model.layers.0.mlp.up_proj', 'model.layers.1.mlp.gate_proj']
+    kw = dict(pca_dim=2, n_init=1)
+    with untouched(m): table, errs = expansion_sweep(m, DATA, HELD, sparsities=(0.5, 0.8), n_experts=(1, 2), sites=sites, batch_size=2, **kw)
+    assert table[['sparsity', 'n_experts']].values.tolist() == [[0.5, 1], [0.5, 2], [0.8, 1], [0.8, 2]]
+    assert set(errs) == {(0.5, 1), (0.5, 2), (0.8, 1), (0.8, 2)}
+    for _, r in table.iterrows():
+        s = sparsify(m, DATA, r.sparsity, int(r.n_experts), sites, batch_size=2, **kw)
+        assert math.isclose(r.perplexity, perplexity(s.model, HELD, batch_size=2), rel_tol=1e-12)
+        assert math.isclose(r.rel_error, s.errors.error.sum() / s.errors.power.sum(), rel_tol=1e-9)
+        pd.testing.assert_frame_equal(errs[r.sparsity, int(r.n_experts)], s.errors, rtol=1e-9)
+    sc = neuron_scores(m, DATA, sites)
+    e = errs[0.8, 2]
+    imp = improvement(e, sc)
+    assert len(imp) == len(e)
+    w1 = {(s, n): w for s, n, w in sc[['site', 'neuron', 'w1']].itertuples(index=False)}
+    for r in imp.itertuples():
+        assert math.isclose(r.ri, 1 - r.error / r.sparsegpt_error, rel_tol=1e-12)
+        assert r.w1 == w1[r.site, r.neuron]
+    np.testing.assert_allclose(imp.ri.to_numpy(), 1 - e.error.to_numpy() / e.sparsegpt_error.to_numpy())
+    with pytest.raises(ConfigError): improvement(e, sc[sc.site != sites[1]])
+    with untouched(m), pytest.raises(ConfigError): expansion_sweep(m, DATA, HELD, sparsities=(1.5,), n_experts=(1,), sites=sites)
+
+# ---------------------------------------------------------------- per-layer summaries and figures
+
+def test_w1_by_layer_against_brute_force():
+    rng = np.random.default_rng(6)
+    sites = [f'model.layers.{i}.mlp.{p}' for i in (0, 1, 10) for p in ('up_proj', 'down_proj')]
+    sc = pd.DataFrame([(s, j, w) for s in sites for j, w in enumerate(rng.lognormal(-2, 0.7, size=23 + 3 * len(s) % 7))], columns=['site', 'neuron', 'w1'])
+    t = w1_by_layer(sc)
+    assert sorted(t.index.tolist()) == sorted((i, p) for i in (0, 1, 10) for p in ('up_proj', 'down_proj'))
+    for s in sites:
+        w = sc[sc.site == s].w1.to_numpy()
+        r = t.loc[(int(s.split('.')[2]), s.rsplit('.', 1)[1])]
+        med = np.median(w)
+        np.testing.assert_allclose([r.neurons, r['median'], r.p97, r['max'], r.max_over_median, r.above_2x_median],
+                                   [len(w), med, np.quantile(w, 0.97), w.max(), w.max() / med, np.mean(w > 2 * med)], rtol=1e-12)
+    with pytest.raises(SiteError): w1_by_layer(pd.DataFrame({'site': ['lm_head'], 'neuron': [0], 'w1': [0.1]}))
+
+def test_figures():
+    import matplotlib; matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    rng = np.random.default_rng(7)
+    sc = pd.DataFrame([(f'model.layers.{i}.mlp.{p}', j, w) for i in range(3) for p in ('up_proj', 'down_proj') for j, w in enumerate(rng.random(30))],
+                      columns=['site', 'neuron', 'w1'])
+    ax = plot_w1_layers(sc)
+    assert len(ax.lines) == 6 and ax.get_yscale() == 'log'
+    x = rng.exponential(size=300)
+    ax = plot_neuron(torch.as_tensor(x), title='n 3')
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[0] == f'W1 = {quad_w1(x):.3f}' and ax.get_title() == 'n 3'
+    plt.close('all')
+
+# ---------------------------------------------------------------- the contract: untouched, in train mode, also on errors
+
+def test_entry_points_leave_a_training_model_untouched(untouched):
+    "GPT-2 with dropout in train mode: every entry point runs in eval mode (the numbers equal the eval-mode reference) and restores the flags."
+    m = lm('gpt2')
+    ref_ppl = ref_perplexity(m, DATA)
+    sites = ['transformer.h.0.mlp.c_fc']
+    y = hooked(m, DATA, sites, alone=False)[sites[0]]
+    X = hooked(m, DATA, sites, inputs=True, alone=False)[sites[0]]
+    m.train()
+    with untouched(m):
+        sc = neuron_scores(m, DATA, sites)
+        np.testing.assert_allclose(sc['mean'], y.mean(0).numpy(), rtol=1e-5, atol=1e-9)
+        torch.testing.assert_close(input_hessians(m, DATA, sites)[sites[0]], X.T @ X / len(X), rtol=1e-10, atol=1e-14)
+        assert math.isclose(perplexity(m, DATA), ref_ppl, rel_tol=1e-6)
+        new = prune_neurons(m, input_hessians(m, DATA, sites), pick_neurons(sc, 'w1', 0.1), 0.5)
+        s = sparsify(m, DATA, 0.5, n_experts=1, sites=sites)
+        with pytest.raises(ConfigError): neuron_scores(m, DATA, sites, method='bogus')   # raises after the forward passes
+        with pytest.raises(ConfigError): input_hessians(m, DATA, ['transformer.h.0.mlp'])
+        with pytest.raises(ConfigError): perplexity(m, DATA, batch_size=-1)
+        with pytest.raises(ConfigError): sparsify(m, DATA, 0.5, n_experts=-1, sites=sites)
+        with pytest.raises(ConfigError): pruning_harm(m, sc, {}, DATA)
+    assert m.training and all(mod.training for mod in m.modules())
+
+
+# ---------------------------------------------------------------- one layer on held-out tokens; the shipped results
+
+def test_expansion_by_neuron_against_recomputation(untouched):
+    "Errors on calibration and held-out tokens, powers and W1 recomputed from inputs captured by my own hooks and from sparsegpt directly."
+    m = lm()
+    site = 'model.layers.1.mlp.up_proj'
+    with untouched(m): df = expansion_by_neuron(m, DATA, HELD, site, 0.6, (1, 3), batch_size=2, n_init=2, pca_dim=4)
+    assert list(df.n_experts.unique()) == [1, 3] and len(df) == 2 * 128
+    X = hooked(m, DATA, [site], inputs=True, alone=False)[site]
+    Xh = hooked(m, HELD, [site], inputs=True, alone=False)[site]
+    W = m.get_submodule(site).weight.detach().double()
+    Wp = sparsegpt(W, X.T @ X / len(X), 0.6)
+    one = df[df.n_experts == 1].set_index('neuron')
+    np.testing.assert_allclose(one.error, ((X @ (Wp - W).T) ** 2).mean(0).numpy(), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(one.held_out_error, ((Xh @ (Wp - W).T) ** 2).mean(0).numpy(), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(one.held_out_power, ((Xh @ W.T) ** 2).mean(0).numpy(), rtol=1e-9)
+    np.testing.assert_allclose(one.w1, w1_gaussian(X @ W.T).numpy(), rtol=1e-6)
+    ex = expand_linear(m.get_submodule(site), X, 0.6, 3, n_init=2, pca_dim=4)
+    three = df[df.n_experts == 3].set_index('neuron')
+    with torch.no_grad(): np.testing.assert_allclose(three.held_out_error, ((ex(Xh) - Xh @ W.T) ** 2).mean(0).numpy(), rtol=1e-6, atol=1e-12)
+    assert (three.error < one.error).mean() > 0.5           # more experts fit the calibration outputs better, mostly
+
+SHIPPED = shipped_results()
+
+def test_shipped_scores_cover_every_smollm2_ffn_neuron():
+    sc = SHIPPED.scores
+    sizes = sc.groupby('site', sort=False).size()
+    assert list(sizes.index) == [f'model.layers.{l}.mlp.{p}' for l in range(30) for p in ('gate_proj', 'up_proj', 'down_proj')]
+    assert list(sizes) == [1536, 1536, 576] * 30
+    assert (sc.groupby('site', sort=False).neuron.apply(lambda n: (n.to_numpy() == np.arange(len(n))).all())).all()
+    assert np.isfinite(sc[['w1', 'mean', 'std', 'kurtosis', 'weight_norm']].to_numpy()).all() and (sc.w1 > 0).all() and (sc['std'] > 0).all()
+
+def test_shipped_harm_table_matches_the_shipped_scores():
+    "The 'w1' column of each pick is the mean W1 of the neurons that pick_neurons chooses from the shipped scores: the table and the scores belong together."
+    harm = SHIPPED.harm.set_index(['pick', 'seed'], drop=False)
+    sc = SHIPPED.scores
+    for _, row in SHIPPED.harm.iterrows():
+        if row.pick == 'dense': continue
+        picks = pick_neurons(sc, row.pick, 0.03, 0 if pd.isna(row.seed) else int(row.seed))
+        mean_w1 = np.concatenate([sc.w1[sc.site == s].to_numpy()[ix.numpy()] for s, ix in picks.items()]).mean()
+        assert abs(mean_w1 - row.w1) < 1e-6, row.pick
+    assert list(SHIPPED.harm.pick) == ['dense', *PICKS[:-1], 'random', 'random', 'random']
+
+def test_shipped_improvement_rows_are_the_expanded_sites():
+    imp = SHIPPED.improvement
+    want = [p for p in SHIPPED.scores.site.unique() if int(p.split('.')[2]) in EXPANSION_BLOCKS]
+    assert list(imp.site.unique()) == want
+    np.testing.assert_allclose(imp.ri, 1 - imp.error / imp.sparsegpt_error, rtol=1e-5, atol=1e-6)
+    joined = imp.merge(SHIPPED.scores, on=['site', 'neuron'], suffixes=('', '_scores'))
+    np.testing.assert_allclose(joined.w1, joined.w1_scores, rtol=1e-6)                 # the loader aligns both per-neuron tables
+    e = SHIPPED.expansion
+    assert list(zip(e.sparsity, e.n_experts)) == [(s, k) for s in (0.5, 0.7, 0.9) for k in (1, 16)]
+    assert (e.rel_error > 0).all() and np.isfinite(e.perplexity).all()

@@ -802,9 +802,8 @@ def test_expansion_by_neuron_against_recomputation(untouched):
     with torch.no_grad(): np.testing.assert_allclose(three.held_out_error, ((ex(Xh) - Xh @ W.T) ** 2).mean(0).numpy(), rtol=1e-6, atol=1e-12)
     assert (three.error < one.error).mean() > 0.5           # more experts fit the calibration outputs better, mostly
 
-SHIPPED = shipped_results()
-
 def test_shipped_scores_cover_every_smollm2_ffn_neuron():
+    SHIPPED = shipped_results()
     sc = SHIPPED.scores
     sizes = sc.groupby('site', sort=False).size()
     assert list(sizes.index) == [f'model.layers.{l}.mlp.{p}' for l in range(30) for p in ('gate_proj', 'up_proj', 'down_proj')]
@@ -814,6 +813,7 @@ def test_shipped_scores_cover_every_smollm2_ffn_neuron():
 
 def test_shipped_harm_table_matches_the_shipped_scores():
     "The 'w1' column of each pick is the mean W1 of the neurons that pick_neurons chooses from the shipped scores: the table and the scores belong together."
+    SHIPPED = shipped_results()
     harm = SHIPPED.harm.set_index(['pick', 'seed'], drop=False)
     sc = SHIPPED.scores
     for _, row in SHIPPED.harm.iterrows():
@@ -824,6 +824,7 @@ def test_shipped_harm_table_matches_the_shipped_scores():
     assert list(SHIPPED.harm.pick) == ['dense', *PICKS[:-1], 'random', 'random', 'random']
 
 def test_shipped_improvement_rows_are_the_expanded_sites():
+    SHIPPED = shipped_results()
     imp = SHIPPED.improvement
     want = [p for p in SHIPPED.scores.site.unique() if int(p.split('.')[2]) in EXPANSION_BLOCKS]
     assert list(imp.site.unique()) == want
@@ -833,3 +834,140 @@ def test_shipped_improvement_rows_are_the_expanded_sites():
     e = SHIPPED.expansion
     assert list(zip(e.sparsity, e.n_experts)) == [(s, k) for s in (0.5, 0.7, 0.9) for k in (1, 16)]
     assert (e.rel_error > 0).all() and np.isfinite(e.perplexity).all()
+
+def test_a_model_given_by_name_is_loaded_with_load_lm(monkeypatch):
+    "Every entry point that takes `model` also takes a short name, hub id or path: it goes through `load_lm` (stubbed here to a tiny model)."
+    import interpkit.papers.wasserstein as ws
+    m, asked = lm(), []
+    monkeypatch.setattr(ws, 'load_lm', lambda name: (asked.append(name), (m, None))[1])
+    assert ws.perplexity('some/hub-id', IDS) == perplexity(m, IDS)
+    pd.testing.assert_frame_equal(ws.neuron_scores('local/path', IDS), neuron_scores(m, IDS))
+    assert set(ws.input_hessians('name', IDS)) == set(ffn_linears(m))
+    assert type(ws.sparsify('name', IDS, 0.5, n_experts=1).model) is type(m)
+    assert asked == ['some/hub-id', 'local/path', 'name', 'name']
+
+
+def test_shipped_layer_study_rows():
+    S = shipped_results()
+    ls = S.layer_study
+    assert S.meta['layer_study']['site'] == 'model.layers.17.mlp.up_proj'
+    assert list(ls.n_experts.unique()) == [1, 4, 16] and (ls.groupby('n_experts').neuron.apply(lambda n: list(n) == list(range(1536)))).all()
+    one = ls[ls.n_experts == 1].reset_index(drop=True)
+    for k in (4, 16):                         # the dense outputs (power, W1) are the same whatever the number of experts
+        e = ls[ls.n_experts == k].reset_index(drop=True)
+        np.testing.assert_array_equal(e.w1, one.w1); np.testing.assert_array_equal(e.held_out_power, one.held_out_power)
+    assert (ls.error > 0).all() and (ls.held_out_error > 0).all()
+
+# ---------------------------------------------------------------- gaps found by mutation testing
+
+def test_documented_defaults_are_the_papers_settings():
+    "The defaults the page and the paper rely on: top 3%, 95% of a picked row, 16 experts, PCA d/32, 128-column mask blocks, 1% damping."
+    import inspect
+    d = lambda f: {k: v.default for k, v in inspect.signature(f).parameters.items() if v.default is not inspect.Parameter.empty}
+    assert d(pick_neurons) == dict(by='w1', frac=0.03, seed=0)
+    assert d(prune_neurons) == dict(sparsity=0.95)
+    assert d(pruning_harm) == dict(frac=0.03, sparsity=0.95, random_seeds=(0, 1, 2), batch_size=8)
+    assert d(sparsegpt) == dict(sparsity=0.5, n_m=None, rows=None, mask=None, blocksize=128, percdamp=0.01)
+    assert d(expand_linear) == dict(sparsity=0.5, n_experts=16, pca_dim=None, n_m=None, seed=0, n_init=10, blocksize=128, percdamp=0.01)
+    assert d(sparsify) == dict(sparsity=0.5, n_experts=16, sites=None, n_m=None, pca_dim=None, seed=0, n_init=10, batch_size=8)
+    assert d(expansion_by_neuron) == dict(sparsity=0.9, n_experts=(1, 4, 16), batch_size=8)
+    assert d(w1_gaussian) == dict(method='exact', chunk=1024)
+    assert all(d(f)['batch_size'] == 8 for f in (collect, neuron_scores, input_hessians, perplexity, expansion_sweep))
+
+def test_standardize_judges_constancy_per_column():
+    "A tiny-scale column that varies is not constant because another column is large; two samples are enough."
+    x = torch.stack([torch.tensor([1e6, 2e6, 3e6, 5e6]), torch.tensor([1e-12, 1.1e-12, 0.9e-12, 1.2e-12])], 1).double()
+    z = standardize(x)
+    np.testing.assert_allclose(z.std(0, unbiased=False).numpy(), [1, 1], rtol=1e-9)
+    np.testing.assert_allclose(standardize(torch.tensor([[1.], [3.]])).flatten().numpy(), [-1, 1])
+    with pytest.raises(ShapeError): standardize(torch.tensor([[1.]]))
+
+def test_w1_quantile_is_chunked_like_exact():
+    x = torch.distributions.Laplace(0., 1.).sample((500, 7)).double()
+    for method in ('exact', 'quantile'):
+        torch.testing.assert_close(w1_gaussian(x, method, chunk=2), w1_gaussian(x, method, chunk=1024), rtol=0, atol=1e-14)
+
+def test_neuron_scores_splits_sites_over_passes_by_max_bytes():
+    "With max_bytes = what two up/gate sites of the real tokens take, the sites are grouped greedily in model order: counted passes."
+    m = lm()
+    n_tok = int(DATA['attention_mask'].sum())
+    sizes = [wmat(mod).shape[0] for mod in ffn_linears(m).values()]     # 128, 128, 32 per block
+    cap = 2 * 128 * n_tok * 4
+    groups, cur = [], 0
+    for s_ in sizes:
+        b = s_ * n_tok * 4
+        if cur and cur + b > cap: groups.append(cur); cur = 0
+        cur += b
+    groups.append(cur)
+    calls = []
+    h = m.register_forward_pre_hook(lambda *a: calls.append(1))
+    try: table = neuron_scores(m, DATA, batch_size=len(DATA['input_ids']), max_bytes=cap)
+    finally: h.remove()
+    assert len(calls) == len(groups) == 3                                 # greedy in model order: [gate, up], [down, gate], [up, down]
+    pd.testing.assert_frame_equal(table, neuron_scores(m, DATA, batch_size=len(DATA['input_ids'])))
+
+def test_sparsegpt_small_cases():
+    W, H, _ = layer_data(d_out=6, d_in=16, seed=7)
+    mask = torch.rand(6, 16, generator=torch.Generator().manual_seed(1)) < 0.4
+    got = sparsegpt(W, H, 0.0, mask=mask)                                  # a fixed mask prunes also at sparsity 0
+    assert torch.equal(got == 0, mask | (W == 0))
+    one = sparsegpt(W, H, 0.5, rows=[3])                                  # a single row
+    assert int((one[3] == 0).sum()) == 8 and torch.equal(one[[0, 1, 2, 4, 5]], W[[0, 1, 2, 4, 5]])
+    torch.testing.assert_close(sparsegpt(W, H.float(), 0.5), sparsegpt(W, H.float().double(), 0.5), rtol=0, atol=1e-12)   # the maths in float64
+
+def test_prune_neurons_passes_sparsegpt_options():
+    m = lm()
+    Hs = input_hessians(m, DATA)
+    site = 'model.layers.0.mlp.up_proj'
+    pruned = prune_neurons(m, Hs, {site: torch.tensor([2, 5])}, n_m=(2, 4))
+    rows = wmat(pruned.get_submodule(site))[[2, 5]]
+    assert ((rows == 0).view(2, -1, 4).sum(-1) == 2).all()
+
+def test_expanded_linear_casts_its_experts_to_the_input():
+    ex = expand_linear(nn.Linear(8, 3), torch.randn(40, 8, generator=torch.Generator().manual_seed(0)), 0.5, n_experts=2, pca_dim=2, n_init=1)
+    x = torch.randn(5, 8, dtype=torch.float64)
+    with torch.no_grad(): y = ex(x)
+    assert y.dtype == torch.float64
+    r = ex.route(x)
+    want = torch.stack([x[t] @ ex.experts[r[t]].double().T + ex.bias.double() for t in range(5)])
+    torch.testing.assert_close(y, want)
+
+def test_expand_linear_two_experts_and_as_many_experts_as_tokens():
+    g = torch.Generator().manual_seed(3)
+    X = torch.cat([torch.randn(30, 6, generator=g) + 5, torch.randn(30, 6, generator=g) - 5])
+    ex = expand_linear(nn.Linear(6, 4), X, 0.5, n_experts=2, pca_dim=1, n_init=2)
+    assert ex.n_experts == 2 and not torch.equal(ex.experts[0], ex.experts[1])
+    assert set(ex.route(X[:30]).tolist()) != set(ex.route(X[30:]).tolist())     # the two blobs go to different experts
+    assert expand_linear(nn.Linear(6, 4), X[:5], 0.5, n_experts=5, pca_dim=0, n_init=1).n_experts == 5
+
+@pytest.mark.parametrize('arch', ['gpt2'])
+def test_errors_and_by_neuron_with_biases(arch, untouched):
+    "GPT-2's FFN has biases: sparsify's per-neuron errors and expansion_by_neuron recomputed by hand with them."
+    m = lm(arch)
+    site = 'transformer.h.1.mlp.c_fc'
+    with untouched(m):
+        s = sparsify(m, DATA, 0.5, n_experts=2, sites=[site], pca_dim=2, n_init=1)
+        df = expansion_by_neuron(m, DATA, HELD, site, 0.5, (1,))
+    mod = m.get_submodule(site)
+    W, b = wmat(mod).detach().double(), mod.bias.detach().double()
+    X = hooked(m, DATA, [site], inputs=True, alone=False)[site]
+    Y = X @ W.T + b
+    Wp = sparsegpt(W, X.T @ X / len(X), 0.5)
+    np.testing.assert_allclose(s.errors.sparsegpt_error, ((X @ Wp.T + b - Y) ** 2).mean(0).numpy(), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(s.errors.power, (Y ** 2).mean(0).numpy(), rtol=1e-9)
+    with torch.no_grad(): ye = s.model.get_submodule(site)(X.float()).double()
+    np.testing.assert_allclose(s.errors.error, ((ye - Y) ** 2).mean(0).numpy(), rtol=1e-3, atol=1e-9)
+    assert list(s.errors.index) == list(range(len(s.errors)))
+    np.testing.assert_allclose(df.power, (Y ** 2).mean(0).numpy(), rtol=1e-9)
+    np.testing.assert_allclose(df.error, ((X @ Wp.T + b - Y) ** 2).mean(0).numpy(), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(df.w1, w1_gaussian(Y).numpy(), rtol=1e-6)
+
+def test_sparsify_runs_blocks_on_cached_inputs_and_reports_n_m_sparsity():
+    "One full forward pass per batch (to catch the first block's inputs), then blocks only; an N:M run reports n/m."
+    m = lm()
+    calls = []
+    h = m.register_forward_pre_hook(lambda *a: calls.append(1))
+    try: s = sparsify(m, DATA, n_experts=1, n_m=(1, 4), batch_size=2)
+    finally: h.remove()
+    assert len(calls) == 3                                                # ceil(5 rows / 2)
+    assert s.sparsity == 0.25 and s.n_experts == 1

@@ -944,10 +944,14 @@ def test_expand_linear_two_experts_and_as_many_experts_as_tokens():
 def test_errors_and_by_neuron_with_biases(arch, untouched):
     "GPT-2's FFN has biases: sparsify's per-neuron errors and expansion_by_neuron recomputed by hand with them."
     m = lm(arch)
+    with torch.no_grad():                                                   # GPT-2 starts with zero biases: give them values
+        for p in m.parameters():
+            if p.dim() == 1: p.normal_(generator=torch.Generator().manual_seed(p.numel()))
     site = 'transformer.h.1.mlp.c_fc'
     with untouched(m):
         s = sparsify(m, DATA, 0.5, n_experts=2, sites=[site], pca_dim=2, n_init=1)
         df = expansion_by_neuron(m, DATA, HELD, site, 0.5, (1,))
+        assert list(expansion_by_neuron(m, DATA, HELD, site, 0.5, (1, 2), pca_dim=2, n_init=1).index) == list(range(2 * 128))
     mod = m.get_submodule(site)
     W, b = wmat(mod).detach().double(), mod.bias.detach().double()
     X = hooked(m, DATA, [site], inputs=True, alone=False)[site]
@@ -971,3 +975,58 @@ def test_sparsify_runs_blocks_on_cached_inputs_and_reports_n_m_sparsity():
     finally: h.remove()
     assert len(calls) == 3                                                # ceil(5 rows / 2)
     assert s.sparsity == 0.25 and s.n_experts == 1
+
+
+def test_sparsify_passes_its_options_and_runs_in_eval_mode():
+    m = lm()
+    sites = ['model.layers.0.mlp.up_proj', 'model.layers.1.mlp.down_proj']
+    damped = sparsify(m, DATA, 0.5, n_experts=1, sites=sites[:1], percdamp=0.5)
+    X = hooked(m, DATA, sites[:1], inputs=True, alone=False)[sites[0]]
+    W = m.get_submodule(sites[0]).weight.detach().double()
+    torch.testing.assert_close(damped.model.get_submodule(sites[0]).weight.double(), sparsegpt(W, X.T @ X / len(X), 0.5, percdamp=0.5), rtol=0, atol=1e-6)
+    nm = sparsify(m, DATA, n_experts=2, sites=sites, n_m=(2, 4), pca_dim=2, n_init=1)
+    for site in sites:
+        assert ((nm.model.get_submodule(site).experts == 0).view(2, -1, 4).sum(-1) == 2).all()
+    assert list(nm.errors.index) == list(range(len(nm.errors)))          # one table over both sites
+    t = gpt2_train_mode()
+    e_train = sparsify(t, DATA, 0.5, n_experts=1).errors
+    assert t.training and all(mod.training for mod in t.modules())
+    pd.testing.assert_frame_equal(e_train, sparsify(copy.deepcopy(t).eval(), DATA, 0.5, n_experts=1).errors)
+
+def gpt2_train_mode():
+    m = tiny_lm('gpt2', n_layers=2, d_model=32, n_heads=4, seed=0, resid_pdrop=0.5, embd_pdrop=0.5, attn_pdrop=0.5).double()
+    return m.train()
+
+def test_expand_linear_without_pca_routes_as_it_clustered():
+    "Inputs far from the origin: the centroids live in the centred space that `route` uses."
+    g = torch.Generator().manual_seed(5)
+    X = torch.cat([torch.randn(40, 6, generator=g) + 20, torch.randn(40, 6, generator=g) + torch.tensor([30., 10, 20, 20, 20, 20])]).double()
+    lin = nn.Linear(6, 4).double()
+    ex = expand_linear(lin, X, 0.5, n_experts=2, pca_dim=0, n_init=2)
+    r = ex.route(X)
+    assert set(r[:40].tolist()) == {int(r[0])} and set(r[40:].tolist()) == {1 - int(r[0])}
+    for c in range(2):
+        Xc = X[r == c]
+        torch.testing.assert_close(ex.experts[c].double(), sparsegpt(lin.weight.detach(), Xc.T @ Xc / len(Xc), 0.5), rtol=0, atol=1e-6)
+
+def test_expand_linear_cluster_without_tokens_gets_plain_sparsegpt():
+    "Two distinct inputs, three clusters: one cluster has no token and gets the layer's SparseGPT weight from all the inputs."
+    X = torch.tensor([[1., 0, 0, 2], [0, 3, 1, 0]]).double().repeat(10, 1) + 0.0
+    lin = nn.Linear(4, 3).double()
+    with pytest.warns(Warning): ex = expand_linear(lin, X, 0.5, n_experts=3, pca_dim=0, n_init=1)
+    used = set(ex.route(X).tolist())
+    empty = [c for c in range(3) if c not in used]
+    assert empty
+    for c in empty: torch.testing.assert_close(ex.experts[c].double(), sparsegpt(lin.weight.detach(), X.T @ X / len(X), 0.5), rtol=0, atol=1e-9)
+
+def test_sparsegpt_blocksize_one_and_improvement_needs_unique_scores():
+    W, H, _ = layer_data(d_out=4, d_in=16)
+    got = sparsegpt(W, H, 0.5, blocksize=1)                              # a mask per column: half of each column's 4 weights
+    assert ((got == 0).sum(0) == 2).all()
+    m = lm()
+    sc = neuron_scores(m, DATA, sites=['model.layers.0.mlp.up_proj'])
+    e = sparsify(m, DATA, 0.5, n_experts=2, sites=['model.layers.0.mlp.up_proj'], pca_dim=2, n_init=1).errors
+    with pytest.raises(Exception): improvement(e, pd.concat([sc, sc]))
+    harm = pruning_harm(m, neuron_scores(m, DATA), input_hessians(m, DATA), HELD, frac=0.1, sparsity=0.5, random_seeds=(0,))
+    dense = harm.iloc[0]
+    assert dense.pick == 'dense' and pd.isna(dense.seed) and np.isnan(dense.w1)

@@ -4,14 +4,14 @@
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #7dcc07d8
 from __future__ import annotations
-import copy, math, os, re
+import copy, math, re
 import matplotlib.pyplot as plt, numpy as np, pandas as pd, torch
 from torch import nn
 from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice
 from ..hooks import capture, layout, linear_modules, mlp_linears, weight_matrix
 from ..models import check_batch_size, evaluating, iter_batches, load_lm, to_model
 from ..results import result
-from ..train import load_asset
+from ..train import lm_loss, load_asset
 
 # %% auto #0
 __all__ = ['PICKS', 'EXPANSION_BLOCKS', 'LAYER_STUDY', 'standardize', 'w1_gaussian', 'ffn_linears', 'collect', 'neuron_scores',
@@ -77,10 +77,6 @@ def ffn_linears(model:nn.Module # A `transformers` model of a known layout
                         "A transformers model of a known family (`interpkit.hooks.MODEL_TYPES`).", "Pass the linear layers' module paths as `sites`.")
     return {p: m for layer in range(lay.n_layers) for p, m in mlp_linears(model, layer).items()}
 
-def _lm(model):
-    "A model object as it is; a short name, hub id or local path loaded with `load_lm` (tokenise the data with its tokenizer)."
-    return load_lm(model)[0] if isinstance(model, (str, os.PathLike)) else model
-
 def _sites(model, sites):
     "{path: linear module} for `sites` (None: `ffn_linears`)."
     if sites is None: return ffn_linears(model)
@@ -132,7 +128,7 @@ def neuron_scores(model:nn.Module, # A model; never changed
                   max_bytes:int=2**31 # Stored outputs per pass at most: sites are split over several passes beyond it
                  ) -> pd.DataFrame: # One row per neuron: site, neuron, w1, mean, std, kurtosis, weight_norm
     "Per output neuron of each linear site: W1 of its standardised pre-activation distribution to N(0, 1), its mean, std, excess kurtosis and weight-row norm."
-    model = _lm(model)
+    model = load_lm(model)[0]   # a loaded model passes through as it is
     mods = _sites(model, sites)
     data = _rows(data)
     n_tok = int(data['attention_mask'].sum()) if 'attention_mask' in data else data['input_ids'].numel()
@@ -178,7 +174,7 @@ def input_hessians(model:nn.Module, # The model; never changed
                    batch_size:int=8 # Rows per forward pass
                   ) -> dict[str, torch.Tensor]: # {site: (d_in, d_in) float64 XᵀX / n on the CPU}
     "Each linear site's input second-moment matrix XᵀX / n over the calibration tokens (SparseGPT's Hessian up to a factor 2)."
-    model = _lm(model)
+    model = load_lm(model)[0]   # a loaded model passes through as it is
     mods = _sites(model, sites)
     H, n = {p: 0 for p in mods}, {p: 0 for p in mods}
     def add(ins):
@@ -275,7 +271,7 @@ def prune_neurons(model:nn.Module, # A model; never changed
                   **kwargs # Passed to `sparsegpt` (n_m, blocksize, percdamp)
                  ) -> nn.Module: # A pruned copy of `model`
     "A copy of `model` in which only the picked rows (neurons) of each site are pruned with SparseGPT."
-    model = _lm(model)
+    model = load_lm(model)[0]   # a loaded model passes through as it is
     missing = [s for s in picks if s not in hessians]
     if missing: raise ConfigError(f"No Hessian for {missing[:3]}.", "A Hessian for every site in picks.", "Compute them with `input_hessians(model, data, sites=list(picks))`.")
     new = copy.deepcopy(model)
@@ -401,7 +397,7 @@ def sparsify(model:nn.Module, # A model; never changed
              **kwargs # Passed to `sparsegpt` (blocksize, percdamp)
             ) -> Sparsified:
     "Sparsify the sites of a copy of `model` layer by layer, each from the inputs it gets once the layers before it are sparsified: one SparseGPT weight per site (n_experts=1), or Sparse Expansion (more)."
-    model = _lm(model)
+    model = load_lm(model)[0]   # a loaded model passes through as it is
     _check_sparsity(sparsity, n_m)
     check_batch_size(batch_size)
     data = _rows(data)
@@ -467,15 +463,13 @@ def perplexity(model:nn.Module, # A causal LM; never changed
                batch_size:int=8 # Rows per forward pass
               ) -> float:
     "exp of the mean next-token cross-entropy over every predicted real token of `data`."
-    model = _lm(model)
+    model = load_lm(model)[0]   # a loaded model passes through as it is
     data, tot, n = _rows(data), 0.0, 0
     with evaluating(model), torch.no_grad():
         for b in iter_batches(data, batch_size):
-            b = to_model(model, b)
-            ids, mask = b['input_ids'], b.get('attention_mask')
-            logits = model(**b).logits[:, :-1].float()
-            lab = ids[:, 1:] if mask is None else ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
-            tot += float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), lab.flatten(), ignore_index=-100, reduction='sum')); n += int((lab != -100).sum())
+            m = b.get('attention_mask')
+            k = b['input_ids'][:, 1:].numel() if m is None else int((m[:, 1:] != 0).sum())   # tokens `lm_loss` averages over
+            tot += float(lm_loss(model, b)) * k; n += k
     return math.exp(tot / n)
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #8e028159
@@ -489,7 +483,7 @@ def pruning_harm(model:nn.Module, # A causal LM; never changed
                  batch_size:int=8 # Rows per forward pass
                 ) -> pd.DataFrame: # One row per pick: pick, seed, perplexity, w1 (mean W1 of the picked neurons)
     "Held-out perplexity after pruning the rows of the top `frac` neurons of every site by each score, against random picks of as many."
-    model = _lm(model)
+    model = load_lm(model)[0]   # a loaded model passes through as it is
     rows = [dict(pick='dense', seed=None, perplexity=perplexity(model, held_out, batch_size), w1=float('nan'))]
     for by in PICKS:
         for seed in (random_seeds if by == 'random' else (0,)):
@@ -510,7 +504,7 @@ def expansion_sweep(model:nn.Module, # A causal LM; never changed
                     **kwargs # Passed to `sparsify` (pca_dim, n_init, seed, n_m)
                    ) -> tuple[pd.DataFrame, dict]: # (sparsity, n_experts, perplexity, rel_error) rows; {(sparsity, n_experts): per-neuron errors}
     "Held-out perplexity and calibration output error of SparseGPT (n_experts=1) and Sparse Expansion (more experts) at several sparsities."
-    model = _lm(model)
+    model = load_lm(model)[0]   # a loaded model passes through as it is
     rows, errs = [], {}
     for sp in sparsities:
         for k in n_experts:
@@ -540,7 +534,7 @@ def expansion_by_neuron(model:nn.Module, # A model; never changed
                         **kwargs # Passed to `expand_linear` (pca_dim, seed, n_init, n_m, blocksize, percdamp)
                        ) -> pd.DataFrame: # Per (n_experts, neuron): w1, error and held_out_error (mean squared), power and held_out_power
     "One layer, from the dense model's inputs: each neuron's output error under SparseGPT and Sparse Expansion on the calibration tokens and on held-out tokens, beside its W1."
-    model = _lm(model)
+    model = load_lm(model)[0]   # a loaded model passes through as it is
     module = _sites(model, [site])[site]
     def inputs(d):
         xs = []

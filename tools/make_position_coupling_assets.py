@@ -1,0 +1,61 @@
+"""Make the asset of paper 15 (position coupling): `python tools/make_position_coupling_assets.py`.
+
+Trains the four adders of `nbs/papers/15_position_coupling.ipynb` (`interpkit.papers.position_coupling.ADDER_RECIPES`:
+coupled ids with the scratchpad, ordinary absolute positions, no positions, coupled ids without the scratchpad) with
+fixed seeds, measures each one's exact-match grid (1-10 digits x 2-10 operands, 200 problems a cell) and writes
+`interpkit/assets/position_coupling_adders.safetensors` and its `.json`.
+
+Stages, so that two recipes can train at once on two cores:
+  --stage train --recipe NAME   train one recipe, write its weights and curve to --work (default /tmp/position_coupling)
+  --stage pack                  measure the grids of the trained recipes and write the asset
+  --stage all                   (default) train every recipe in turn, then pack
+"""
+import argparse, dataclasses, json, time
+from pathlib import Path
+import torch
+from safetensors.torch import load_file, save_file
+from interpkit.papers.position_coupling import ADDER_RECIPES, ADDERS_ASSET, GRID_COUNTS, GRID_DIGITS, accuracy_grid, train_adder
+from interpkit.train import save_asset
+
+SEED, GRID_N = 0, 200
+
+def train(name:str, work:Path):
+    t0 = time.time()
+    model, _, res = train_adder(name, seed=SEED, progress=False)
+    secs = time.time() - t0
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, work/f'{name}.safetensors')
+    h = res.history
+    curve = h.iloc[::max(1, len(h) // 200)][['step', 'loss']].to_dict('list')
+    (work/f'{name}.json').write_text(json.dumps(dict(seconds=round(secs, 1), final_loss=res.final_loss, curve=curve)))
+    print(f"{name}: loss {h['loss'].iloc[0]:.3f} -> {res.final_loss:.5f} in {secs:.0f} s", flush=True)
+
+def pack(work:Path):
+    tensors, meta = {}, dict(seed=SEED, grid_n=GRID_N, recipes={}, training={}, grids={},
+                             recipe='interpkit.papers.position_coupling.train_adder, accuracy_grid(n=200, seed=0)')
+    for name, recipe in ADDER_RECIPES.items():
+        model = recipe.build()
+        model.load_state_dict(load_file(work/f'{name}.safetensors'))
+        model.eval()
+        t0 = time.time()
+        grid = accuracy_grid(model, GRID_DIGITS, GRID_COUNTS, n=GRID_N, seed=SEED, scratchpad=recipe.scratchpad)
+        print(f"{name}: grid in {time.time() - t0:.0f} s\n{grid.round(2)}", flush=True)
+        tensors |= {f'{name}.{k}': v for k, v in model.state_dict().items()}
+        meta['recipes'][name] = dataclasses.asdict(recipe)
+        meta['training'][name] = json.loads((work/f'{name}.json').read_text())
+        meta['grids'][name] = {str(d): [float(v) for v in grid.loc[d]] for d in grid.index}
+    path = save_asset(ADDERS_ASSET, tensors, meta)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+
+if __name__ == '__main__':
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--stage', default='all', choices=['all', 'train', 'pack'])
+    ap.add_argument('--recipe', choices=list(ADDER_RECIPES))
+    ap.add_argument('--work', default='/tmp/position_coupling')
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    work = Path(args.work); work.mkdir(parents=True, exist_ok=True)
+    if args.stage == 'train': train(args.recipe, work)
+    else:
+        if args.stage == 'all':
+            for name in ADDER_RECIPES: train(name, work)
+        pack(work)

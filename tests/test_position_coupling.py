@@ -1,7 +1,7 @@
 """Tests of interpkit.papers.position_coupling (paper 15, Cho et al. ICLR 2025) against hand-worked encodings, a second
 construction of the position ids from string indices, brute-force arithmetic, a hand-written transformer forward and
 cross-entropy, models whose outputs are known by construction, and brute-force greedy decoding."""
-import dataclasses, itertools, math, random, re
+import dataclasses, itertools, math, random, re, warnings
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt
@@ -328,6 +328,7 @@ def test_parse_answer_hand_cases():
     assert parse_answer('8810') == 188 and parse_answer('1') == 1 and parse_answer('123') == 321 and parse_answer('0010') == 100
     assert parse_answer('5160+2940=51600>53550') == 5535
     assert parse_answer('5160+2940') == 492        # a partial-product list: its last '+' chunk
+    assert parse_answer('2940=2940') == 492 and parse_answer('2940=29') == 92
 
 def test_parse_answer_multiplication_multi_digit():
     rng = random.Random(5)
@@ -338,7 +339,7 @@ def test_parse_answer_multiplication_multi_digit():
 def test_parse_answer_multiplication_one_digit_multiplier():
     assert parse_answer(encode_multiplication(123, 4).answer) == 492
 
-@pytest.mark.parametrize('bad', ['', '12>', '12>3a', '00>5 1', 'abc', '12>-3'])
+@pytest.mark.parametrize('bad', ['', '12>', '12>3a', '00>5 1', 'abc', '12>-3', '2940=', '51+'])
 def test_parse_answer_errors(bad):
     with pytest.raises(ConfigError, match=re.escape(repr(bad))): parse_answer(bad)
 
@@ -796,7 +797,9 @@ def test_summarize_hand_made():
         for name, cells in regions.items():
             if cells is nan: assert np.isnan(out.loc[k, name]), (k, name)
             else: assert out.loc[k, name] == pytest.approx(mean(cells)), (k, name)
-    one = summarize({'w': _grid([[0.25]], [1], [2])}, {'w': AdderRecipe(max_digits=1, counts=(2,))})
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')                              # empty regions are NaN without a 'mean of empty slice' warning
+        one = summarize({'w': _grid([[0.25]], [1], [2])}, {'w': AdderRecipe(max_digits=1, counts=(2,))})
     assert one.loc['w', 'inside'] == 0.25 and one.drop(columns='inside').isna().all(axis=None)
 
 # ---------------------------------------------------------------- assets: load_adder, shipped_meta, shipped_grids
@@ -849,14 +852,17 @@ def test_shipped_adders_load():
         assert list(g.index) == list(GRID_DIGITS) and list(g.columns) == list(GRID_COUNTS)
         assert ((g >= 0) & (g <= 1)).all().all()
 
-@pytest.mark.parametrize('cell', [(3, 4), (8, 8)])
-def test_shipped_grid_recomputes(cell, untouched):
+@pytest.mark.parametrize('recipe,cell', [('coupled', (3, 4)), ('coupled', (8, 8)), ('coupled_no_scratchpad', (3, 4))])
+def test_shipped_grid_recomputes(recipe, cell, untouched):
     _need_asset()
-    model, _, meta = load_adder('coupled')
+    model, _, meta = load_adder(recipe)
     d, m = cell
     assert (meta['grid_n'], meta['seed']) == (200, 0)
-    with untouched(model): acc = exact_match(model, evaluation_problems(d, m, 200, 0)).float().mean().item()
-    assert acc == shipped_grids(meta)['coupled'].loc[d, m]
+    probs = evaluation_problems(d, m, 200, 0, ADDER_RECIPES[recipe].scratchpad)
+    with untouched(model): acc = exact_match(model, probs).float().mean().item()
+    assert acc == shipped_grids(meta)[recipe].loc[d, m]
+    if recipe == 'coupled':
+        with untouched(model): assert sum(greedy_answer(model, e) == e.answer for e in probs[:20]) == int(exact_match(model, probs[:20]).sum())
 
 # ---------------------------------------------------------------- plot_position_ids
 
@@ -886,6 +892,10 @@ def test_plot_position_ids_no_red_and_given_axes():
         ax = plot_position_ids(e, written)
         assert not any(t.get_color() == 'red' for t in ax.get_xticklabels())
         assert tuple(ax.figure.get_size_inches()) == pytest.approx((6, 0.5 + 0.45 * 2))
+    ax = plot_position_ids(encode_addition([5, 6], starts=(2, 1)))                 # largest id 4: an id of 2 is exactly half
+    vals = encode_addition([5, 6], starts=(2, 1)).position_ids.flatten().tolist()
+    assert max(vals) == 4 and 2 in vals
+    assert [t.get_color() for t in ax.texts] == ['white' if v < 2 else 'black' for v in vals]
     ax = plot_position_ids(e, '')
     assert [j for j, t in enumerate(ax.get_xticklabels()) if t.get_color() == 'red'] == list(range(e.answer_start, len(e.text) - 1))
     fig, given = plt.subplots(figsize=(3, 2))

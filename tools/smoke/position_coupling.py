@@ -73,6 +73,6 @@ def checks(device, dtype):
         m = m.to(device=device, dtype=dtype)
         probs = evaluation_problems(3, 3, 50)
         with untouched(m): acc = exact_match(m, probs).float().mean().item()
-        return f"coupled adder, 3 digits x 3 operands: {acc:.2f} here, {grids['coupled'].loc[3, 3]:.2f} shipped (float32, CPU)"
+        return f"coupled adder, 3 digits x 3 operands: {acc:.2f} here, {grids['coupled'].loc[3, 3]:.2f} shipped ({dtype})"
 
     return [('models', models), ('multiplication', multiplication), ('accuracy_grid', grid), ('train_adder', training), ('shipped', shipped)]

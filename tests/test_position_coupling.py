@@ -903,3 +903,27 @@ def test_plot_position_ids_no_red_and_given_axes():
     assert tuple(fig.get_size_inches()) == (3, 2) and len(given.get_yticklabels()) == 3
     assert [t.get_text() for t in given.get_xticklabels() if t.get_color() == 'red'][0] == encode_multiplication(12, 3).answer[0]
     plt.close('all')
+
+def test_coupled_transformer_defaults():
+    "The constructor's own defaults (recipes pass every argument, so only this pins them): 2 tables of 21 ids, width 128, 2 layers of 4 heads, MLP 512."
+    m = CoupledTransformer()
+    assert m.positions == 'coupled' and m.levels == 2 and m.table_size == 21 and m.max_len == 512
+    assert [tuple(t.weight.shape) for t in m.position_tables] == [(21, 128), (21, 128)]
+    assert len(m.blocks) == 2 and all(b.self_attn.num_heads == 4 and b.linear1.out_features == 512 for b in m.blocks)
+    assert tuple(m.unembed.weight.shape) == (len(ARITHMETIC_VOCAB), 128)
+    a = CoupledTransformer('absolute')
+    assert [tuple(t.weight.shape) for t in a.position_tables] == [(512, 128)]
+    assert len(CoupledTransformer('none').position_tables) == 0
+
+def test_input_checks_added_after_review(untouched):
+    "A bool batch size, a count below 2, no problems, and 2-D position ids are refused with what was given."
+    m = CoupledTransformer(d_model=16, n_layers=1, n_heads=2, d_ff=32)
+    probs = evaluation_problems(2, 2, n=3)
+    with untouched(m):
+        with pytest.raises(ConfigError, match='batch_size=True'): exact_match(m, probs, batch_size=True)
+        with pytest.raises(ConfigError, match='count=1'): evaluation_problems(2, 1)
+        with pytest.raises(ConfigError, match='count=0'): accuracy_grid(m, [1], [0], n=2)
+        with pytest.raises(ConfigError, match='n=-1'): evaluation_problems(2, 2, n=-1)
+        b = collate(probs)
+        with pytest.raises(ShapeError, match=r'\(2, 21\)'): m(b['input_ids'][:1], b['position_ids'][0])
+    assert len(evaluation_problems(2, 2, n=1)) == 1

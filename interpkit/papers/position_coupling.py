@@ -144,7 +144,7 @@ class CoupledTransformer(nn.Module):
         T = input_ids.shape[1]
         x = self.embed(input_ids)
         if self.positions == 'coupled':
-            if position_ids is None or position_ids.shape[-2:] != (self.levels, T):
+            if position_ids is None or position_ids.dim() != 3 or position_ids.shape[-2:] != (self.levels, T):
                 raise ShapeError(f"position_ids has shape {None if position_ids is None else tuple(position_ids.shape)}.",
                                  f"A coupled model with {self.levels} levels needs (batch, {self.levels}, {T}).", "Pass the ids from `collate`.")
             for table, ids in zip(self.position_tables, position_ids.unbind(-2)): x = x + table(ids)
@@ -276,7 +276,7 @@ def exact_match(model:CoupledTransformer, # A trained adder (or multiplier)
                 batch_size:int=256 # Problems per forward pass
                ) -> torch.Tensor: # (len(problems),) bool: whether greedy decoding writes the whole answer and EOS exactly
     "Exact match of greedy decoding, computed in one teacher-forced pass: greedy output equals the target iff every target token is the argmax after the target prefix."
-    if not (isinstance(batch_size, int) and batch_size >= 1): raise ConfigError(f"batch_size={batch_size!r}.", "A positive integer is needed.", "Use e.g. batch_size=256.")
+    if isinstance(batch_size, bool) or not (isinstance(batch_size, int) and batch_size >= 1): raise ConfigError(f"batch_size={batch_size!r}.", "A positive integer is needed.", "Use e.g. batch_size=256.")
     out, dev = [], model_device(model)
     with evaluating(model), torch.inference_mode():
         for i in range(0, len(problems), batch_size):
@@ -308,6 +308,8 @@ def evaluation_problems(digits:int, # Every operand has exactly this many digits
                        ) -> list[Encoded]:
     "Random problems of one grid cell, with the evaluation offsets s = t = 1."
     if not (isinstance(digits, int) and digits >= 1): raise ConfigError(f"digits={digits!r}.", "Operands need at least 1 digit.", "Use digits >= 1.")
+    if not (isinstance(count, int) and count >= 2): raise ConfigError(f"count={count!r}.", "Addition needs at least 2 operands.", "Use count >= 2.")
+    if not (isinstance(n, int) and n >= 0): raise ConfigError(f"n={n!r}.", "A number of problems, 0 or more, is needed.", "Use e.g. n=100.")
     rng = random.Random(f'{seed}-{digits}-{count}')
     lo = 0 if digits == 1 else 10**(digits - 1)
     return [encode_addition([rng.randint(lo, 10**digits - 1) for _ in range(count)], scratchpad) for _ in range(n)]

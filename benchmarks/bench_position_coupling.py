@@ -1,12 +1,12 @@
 """Speed of exact-match evaluation in `interpkit.papers.position_coupling`, side by side with decoding token by token.
 
-usage: python benchmarks/bench_position_coupling.py [--digits 10] [--count 10] [--n 64] [--threads 1]
+usage: python benchmarks/bench_position_coupling.py [--digits 9] [--count 6] [--n 64] [--threads 1]
 
 The official code scores a problem by generating its answer greedily, one token at a time, and comparing strings.
 `exact_match` gets the same verdict from one teacher-forced forward pass per batch (greedy decoding reproduces the
 target iff the target token is the argmax at every answer position). On one grid cell of the shipped coupled adder
 (or of a fresh model of the same shape if the asset is missing) this prints the time per problem of both, and checks
-that their verdicts agree problem by problem.
+that their verdicts agree problem by problem (the default cell, 9 digits x 6 operands, is one the adder solves about a third of).
 """
 import argparse, time
 import torch
@@ -14,7 +14,7 @@ from interpkit.papers.position_coupling import ADDER_RECIPES, evaluation_problem
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser()
-    ap.add_argument('--digits', type=int, default=10); ap.add_argument('--count', type=int, default=10)
+    ap.add_argument('--digits', type=int, default=9); ap.add_argument('--count', type=int, default=6)
     ap.add_argument('--n', type=int, default=64); ap.add_argument('--threads', type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)

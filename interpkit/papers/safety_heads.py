@@ -10,7 +10,7 @@ import pandas as pd, torch
 import torch.nn.functional as F
 from ..errors import ConfigError, ShapeError, ModelNotAvailable, NotFiniteError, check_choice
 from ..hooks import ablate_heads, is_linear, layout, weight_matrix
-from ..models import (check_batch_size, check_causal_lm, encode_left, evaluating, iter_batches, load_lm, logits_of, mask_positions, pad_id,
+from ..models import (chat_replies, check_batch_size, check_causal_lm, encode_left, evaluating, load_lm, logits_of, mask_positions, pad_id,
                               pad_right, prefix_step, to_model)
 from ..results import result
 from ..train import FitResult, fit, lm_loss, load_asset
@@ -139,18 +139,9 @@ def generate(model, # A causal chat LM (a `transformers` model with `generate`)
     check_causal_lm(model, 'generate')
     check_choice('how', how, _HOWS)
     check_batch_size(batch_size)
-    prompts = chat_prompts(tokenizer, texts)
+    prompts = chat_prompts(tokenizer, texts)  # says what to do with a string or a tokenizer without a chat template
     if not prompts: raise ConfigError("generate got no requests.", "A non-empty list of requests.", "Pass at least one request.")
-    if not callable(getattr(model, 'generate', None)): raise ConfigError(f"{type(model).__name__} has no `generate` method.", "A `transformers` causal LM.", "Load one with `load_lm`.")
-    out, saved = [], copy.deepcopy(model.generation_config)
-    try:
-        with evaluating(model), torch.no_grad(), _ablation(model, heads, how, eps, means):
-            for chunk in iter_batches(prompts, batch_size):
-                enc = to_model(model, encode_left(tokenizer, chunk, position_ids=False))
-                g = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None, top_k=None, pad_token_id=pad_id(tokenizer))
-                out += tokenizer.batch_decode(g[:, enc['input_ids'].shape[1]:], skip_special_tokens=True)
-    finally: model.generation_config = saved
-    return out
+    with _ablation(model, heads, how, eps, means): return chat_replies(model, tokenizer, list(texts), max_new_tokens, batch_size)
 
 def refusal_rate(replies:list[str], # Model replies
                  judge=is_refusal # reply -> whether it is a refusal

@@ -3,7 +3,7 @@ import tempfile
 import torch
 from torch import nn
 from _util import lm, on, finite, ids, untouched, tiny_tokenizer
-from interpkit.models import (tiny_config, model_device, model_dtype, to_model, load_lm, evaluating, check_causal_lm, pad_id, padding, chat,
+from interpkit.models import (tiny_config, model_device, model_dtype, to_model, load_lm, evaluating, check_causal_lm, pad_id, padding, chat, chat_replies, logits_at,
                               mask_positions, encode_left, pad_right, check_batch_size, iter_batches, prefix_step, load_encoder, embed, logits_of,
                               WordTokenizer, encode_texts, encode_queries)
 from interpkit.hooks import (as_site, layout, module_paths, resolve, all_sites, is_linear, weight_matrix, linear_modules, final_norm, norm_gain,
@@ -36,6 +36,10 @@ def checks(device, dtype):
             enc = encode_left(tok, ['w1', 'w2 w3 w4'])
             with evaluating(m), torch.no_grad(): out = on(logits_of(m(**to_model(m, enc))), device, 'logits of encode_left')
             step = prefix_step(m, enc['input_ids'], enc['attention_mask'])
+            with evaluating(m), torch.no_grad(): last2 = on(logits_at(m, to_model(m, enc), 2), device, 'logits_at')
+            torch.testing.assert_close(last2.float(), out[:, -2:].float(), atol=0.1, rtol=0.1)
+            replies = chat_replies(m, tok, ['w1 w2 w3', 'w2'], max_new_tokens=4, batch_size=2)
+            assert len(replies) == 2 and all(isinstance(r, str) for r in replies)
             with torch.no_grad(): torch.testing.assert_close(step().logits[:, -1].float(), out[:, -1].float(), atol=0.1, rtol=0.1)
             assert check_causal_lm(m, 'x') is m and pad_id(tok) == tok.eos_token_id
             with padding(tok, 'right'): pass

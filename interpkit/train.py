@@ -95,10 +95,12 @@ def fit(model:torch.nn.Module, # The model to train, in place
         grad_clip:float|None=None, # Clip the gradient norm to this (and log 'grad_norm'); None: no clipping
         progress:bool=True, # Show a progress bar (never under pytest or in CI)
         optimizer:torch.optim.Optimizer|None=None, # Use this optimizer instead of a new AdamW
-        schedule:str='cosine' # One of `SCHEDULES`
+        schedule:str='cosine', # One of `SCHEDULES`
+        callback=None # `callback(model, optimizer, step)` after each step (and after that step's evaluation), e.g. to re-initialise weights
        ) -> FitResult:
     "Train `model` in place with AdamW, warmup and a cosine schedule; same seed, same weights."
     check_choice('schedule', schedule, SCHEDULES)
+    if callback is not None and not callable(callback): raise ConfigError(f"callback={type(callback).__name__} is not callable.", "Valid: None, or a function callback(model, optimizer, step).", "Pass a function.")
     if not (isinstance(steps, int) and steps >= 1): raise ConfigError(f"steps={steps!r} is not a positive integer.", "At least one step is needed.", "Use e.g. steps=500.")
     if not 0 <= warmup < steps: raise ConfigError(f"warmup={warmup!r} is out of range.", f"It must lie in 0..steps-1 = 0..{steps - 1}.", "Use fewer warmup steps.")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -140,6 +142,7 @@ def fit(model:torch.nn.Module, # The model to train, in place
                     model.eval()
                     with torch.no_grad(): row.update(_metrics(eval_fn(model), 'eval_', 'eval_fn'))
                     model.train()
+                if callback is not None: callback(model, optimizer, step)
                 rows.append(row)
                 if step % 10 == 0 or step == steps - 1: bar.set_postfix(loss=f"{row['loss']:.4g}", refresh=False)
         finally:

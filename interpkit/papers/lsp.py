@@ -750,11 +750,12 @@ def learn_lsp(xs:list, # Training inputs as text
     asked_before = run_llm.asked
     program, final, steps, asked, proposals = LSP(majority_label(ys, labels), labels), set(), [], 0, []
     while len(program.modules()) < max_modules:
-        errs = leaf_errors(program, run_program(program, xs, run_llm, batch_size), ys)
+        routed = run_program(program, xs, run_llm, batch_size)
+        errs = leaf_errors(program, routed, ys)
         open_ = errs[(errs.errors > 0) & (errs.path.map(len) < max_depth) & ~errs.path.isin(final)]
         if open_.empty: break
         leaf = open_.loc[open_.errors.idxmax()]   # the first of the leaves with the most errors
-        idx = [i for i, l in enumerate(run_program(program, xs, run_llm, batch_size).leaves) if l == leaf.leaf]
+        idx = [i for i, l in enumerate(routed.leaves) if l == leaf.leaf]
         choice = learn_module([xs[i] for i in idx], [ys[i] for i in idx], run_llm, learner, labels, n_candidates, n_shown, seed + len(steps), batch_size, template)
         asked += n_candidates
         proposals.append(choice.candidates.assign(step=len(steps) + 1))

@@ -13,8 +13,8 @@ from interpkit.train import FitResult
 import interpkit.papers.multidim as md
 from interpkit.papers.multidim import (synthetic_cloud, separability_index, mixture_index, irreducibility, Irreducibility, normalize_points, rotate,
     mutual_info_2d, circularity, Circularity, circularity_null, replace_coords, pca_fit, pca_project, pca_view, PCAView, cluster_features,
-    cluster_reconstruction, rank_clusters, token_share, angular_similarity, word_states, circle_scores, day_math_prompts, day_logits, day_states,
-    circle_intervention, sae_tokens, calendar_texts, lm_sae_activations, heldout_split, train_lm_sae, load_multidim_sae, DAYS, WORD_TEMPLATES)
+    cluster_reconstruction, rank_clusters, token_share, angular_similarity, word_states, circle_scores, calendar_prompts, calendar_logits, calendar_states,
+    circle_intervention, sae_tokens, calendar_texts, lm_sae_activations, heldout_split, train_lm_sae, load_multidim_sae, DAYS, MONTHS, CYCLES, WORD_TEMPLATES)
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 torch.set_num_threads(1)
@@ -366,12 +366,12 @@ def test_cluster_reconstruction_and_token_share_by_loops():
 # ---------------------------------------------------------------- word and day states on tiny models
 
 def test_day_prompts():
-    P = day_math_prompts()
-    assert len(P) == 42 and sorted(zip(P.n, P.day)) == [(n, d) for n in range(1, 7) for d in range(7)]
+    P = calendar_prompts()
+    assert len(P) == 42 and sorted(zip(P.n, P.start)) == [(n, d) for n in range(1, 7) for d in range(7)] and set(P.cycle) == {'days'}
     words = ['One day', 'Two days', 'Three days', 'Four days', 'Five days', 'Six days']
     for _, r in P.iterrows():
-        assert r.text == f"Let's do some days of the week math. {words[r.n - 1]} from {DAYS[r.day]} is"
-        assert DAYS[r.answer] == DAYS[(DAYS.index(DAYS[r.day]) + r.n) % 7]
+        assert r.text == f"Let's do some days of the week math. {words[r.n - 1]} from {DAYS[r.start]} is"
+        assert DAYS[r.answer] == DAYS[(DAYS.index(DAYS[r.start]) + r.n) % 7]
 
 class _WordTok:
     "A word-level tokenizer (' word' is one token) with ids assigned on first sight: day names are single tokens. Like a `transformers` tokenizer it starts with a BOS (127) unless `add_special_tokens=False`."
@@ -392,7 +392,7 @@ def test_the_tokenizer_is_called_tokenizer():
             assert 'tok' not in ps, name
     m = tiny_lm('llama', n_layers=2, seed=0)
     assert word_states(m, tokenizer=CharTokenizer(), words=['ab', 'cd'], layers=[0], templates=['{w}!'])[0].shape == (2, 1, 64)
-    assert day_logits(m, tokenizer=_WordTok(), prompts=day_math_prompts()).shape == (42, 7)
+    assert calendar_logits(m, tokenizer=_WordTok(), prompts=calendar_prompts()).shape == (42, 7)
     assert sae_tokens(tokenizer=CharTokenizer(), n_tokens=128).shape == (2, 64)
     assert not hasattr(md, 'TEMPLATES') and len(WORD_TEMPLATES) == 8
 
@@ -440,55 +440,56 @@ def test_model_inputs_go_through_to_model(monkeypatch):
     h = m.register_forward_pre_hook(lambda mod, args, kwargs: got.append(kwargs['input_ids']), with_kwargs=True)
     try:
         word_states(m, CharTokenizer(), ['ab', 'cd'], [0], ['{w}!', 'so {w}.'], batch_size=3)
-        P = day_math_prompts()
-        day_logits(m, _WordTok(), P, batch_size=20); day_logits(m, _WordTok(), P, 0, lambda x, r: x)
-        day_states(m, _WordTok(), P, 1, batch_size=50)
+        P = calendar_prompts()
+        calendar_logits(m, _WordTok(), P, batch_size=20); calendar_logits(m, _WordTok(), P, 0, lambda x, r: x)
+        calendar_states(m, _WordTok(), P, 1, batch_size=50)
         circle_intervention(m, _WordTok(), 0)
     finally: h.remove()
     assert len(got) >= 2 + 3 + 1 + 1 + 1 + 4 and all(any(x is b['input_ids'] for b in made) for x in got)
     keep = []
     h = m.register_forward_pre_hook(lambda mod, args, kwargs: keep.append(kwargs.get('logits_to_keep')), with_kwargs=True)
-    try: day_logits(m, _WordTok(), P)
+    try: calendar_logits(m, _WordTok(), P)
     finally: h.remove()
     assert keep == [1]   # only the last position's logits are made
 
-def _logits_by_hand(m, tok, layer=None, repl=None):
-    "Day probabilities of the 42 prompts by a plain forward pass; `repl` (42, d) overwrites the day token's output of block `layer` with a hook of our own."
-    P = day_math_prompts()
+def _logits_by_hand(m, tok, layer=None, repl=None, cycle='days'):
+    "Word probabilities of a cycle's prompts by a plain forward pass; `repl` (prompts, d) overwrites the start word's output of block `layer` ('embed': of the token embedding) with a hook of our own."
+    P, words = calendar_prompts(cycle), CYCLES[cycle]
     enc = torch.tensor([tok.encode(t, add_special_tokens=False) for t in P.text])
-    day_tok = [tok.encode(' ' + d, add_special_tokens=False)[0] for d in DAYS]
-    pos = torch.tensor([e.tolist().index(day_tok[d]) for e, d in zip(enc, P.day)])
+    word_tok = [tok.encode(' ' + d, add_special_tokens=False)[0] for d in words]
+    pos = torch.tensor([e.tolist().index(word_tok[d]) for e, d in zip(enc, P.start)])
     def hook(mod, args, out):
         o = (out[0] if isinstance(out, tuple) else out).clone()
         o[torch.arange(len(o)), pos] = torch.as_tensor(repl).to(o)
         return (o,) + tuple(out[1:]) if isinstance(out, tuple) else o
-    hd = m.model.layers[layer].register_forward_hook(hook) if repl is not None else None
+    mod = m.model.embed_tokens if layer == 'embed' else m.model.layers[layer] if repl is not None else None
+    hd = mod.register_forward_hook(hook) if repl is not None else None
     try:
         with torch.no_grad(), evaluating(m): out = m(enc, output_hidden_states=True)
     finally:
         if hd is not None: hd.remove()
-    return torch.softmax(out.logits[:, -1, day_tok].double(), -1).numpy(), out.hidden_states, pos
+    return torch.softmax(out.logits[:, -1, word_tok].double(), -1).numpy(), out.hidden_states, pos
 
-def test_day_logits_and_states_against_plain_forward_passes(untouched):
+def test_calendar_logits_and_states_against_plain_forward_passes(untouched):
     m = tiny_lm('llama', n_layers=3, seed=5).train()
     m.model.layers[2].eval()
-    tok, P = _WordTok(), day_math_prompts()
+    tok, P = _WordTok(), calendar_prompts()
     ref, hs, pos = _logits_by_hand(m, tok)
     with untouched(m):
-        base = day_logits(m, tok, P, batch_size=10)
-        st = day_states(m, tok, P, 1, batch_size=16)
+        base = calendar_logits(m, tok, P, batch_size=10)
+        st = calendar_states(m, tok, P, 1, batch_size=16)
         other = hs[2][torch.arange(42), pos].flip(0)   # every prompt gets the day state of another prompt
-        moved = day_logits(m, tok, P, 1, lambda h, r: other[r], batch_size=8)
-        with pytest.raises(RuntimeError): day_logits(m, tok, P, layer=1, new_state=lambda h, r: h[:3])  # wrong shape: fails inside the hook
-        with pytest.raises(ConfigError): day_logits(m, tok, P, layer=1)
-        with pytest.raises(ConfigError): day_logits(m, CharTokenizer(), P)  # day names are not single characters
+        moved = calendar_logits(m, tok, P, 1, lambda h, r: other[r], batch_size=8)
+        with pytest.raises(RuntimeError): calendar_logits(m, tok, P, site=1, new_state=lambda h, r: h[:3])  # wrong shape: fails inside the hook
+        with pytest.raises(ConfigError): calendar_logits(m, tok, P, site=1)
+        with pytest.raises(ConfigError): calendar_logits(m, CharTokenizer(), P)  # day names are not single characters
     np.testing.assert_allclose(base.exp().numpy(), ref, atol=1e-6)
     torch.testing.assert_close(st, hs[2][torch.arange(42), pos], atol=1e-5, rtol=1e-5)
     ref_moved = _logits_by_hand(m, tok, 1, other)[0]
     np.testing.assert_allclose(moved.exp().numpy(), ref_moved, atol=1e-6)
     assert np.abs(ref_moved - ref).max() > 1e-3   # the swap does move the output
 
-def test_day_logits_reads_logits_of_any_output():
+def test_calendar_logits_reads_logits_of_any_output():
     "Before: a model returning a dict raised AttributeError: 'dict' object has no attribute 'logits'. Now read by `interpkit.models.logits_of`."
     m = tiny_lm('llama', n_layers=2, seed=2)
     class DictLM(torch.nn.Module):
@@ -504,28 +505,29 @@ def test_day_logits_reads_logits_of_any_output():
             return SimpleNamespace(logits=self.m(**kw).logits)
     class NoTensor(DictLM):
         def forward(self, **kw): self.m(**kw); return {'text': 'no tensor here'}
-    P, tok = day_math_prompts(), _WordTok()
-    want = day_logits(m, tok, P)
-    for w in (DictLM(m), TupleLM(m), TensorLM(m), ObjLM(m)): torch.testing.assert_close(day_logits(w, tok, P), want)
-    with pytest.raises(ConfigError, match='no tensor'): day_logits(NoTensor(m), tok, P)  # interpkit.models.logits_of's error
+    P, tok = calendar_prompts(), _WordTok()
+    want = calendar_logits(m, tok, P)
+    for w in (DictLM(m), TupleLM(m), TensorLM(m), ObjLM(m)): torch.testing.assert_close(calendar_logits(w, tok, P), want)
+    with pytest.raises(ConfigError, match='no tensor'): calendar_logits(NoTensor(m), tok, P)  # interpkit.models.logits_of's error
 
-def _circle_intervention_reference(m, tok, layer, seed=0):
-    "A second implementation of `circle_intervention`: numpy geometry, plain forward passes and a hook of our own."
-    P = day_math_prompts()
-    p_none, hs, pos = _logits_by_hand(m, tok)
-    H = hs[layer + 1][torch.arange(42), pos].double().numpy()
-    C = np.stack([H[P.day.values == d].mean(0) for d in range(7)])
+def _circle_intervention_reference(m, tok, layer, seed=0, cycle='days'):
+    "A second implementation of `circle_intervention`: numpy geometry, plain forward passes and a hook of our own ('embed': at the token embedding)."
+    P, M = calendar_prompts(cycle), len(CYCLES[cycle])
+    p_none, hs, pos = _logits_by_hand(m, tok, cycle=cycle)
+    H = hs[0 if layer == 'embed' else layer + 1][torch.arange(len(P)), pos].double().numpy()
+    C = np.stack([H[P.start.values == d].mean(0) for d in range(M)])
     mu = C.mean(0)
     V = np.linalg.svd(C - mu)[2][:2]
-    g = torch.Generator().manual_seed(seed)   # the random draws, in the documented order: target days, then the control plane
-    new_day = (P.day.values + torch.randint(1, 7, (42,), generator=g).numpy()) % 7
+    g = torch.Generator().manual_seed(seed)   # the random draws, in the documented order: target words, then the control plane
+    new = (P.start.values + torch.randint(1, M, (len(P),), generator=g).numpy()) % M
     W = torch.linalg.qr(torch.randn(H.shape[1], 2, generator=g, dtype=torch.float64)).Q.T.numpy()
-    plane = lambda B: H - (H - mu) @ B.T @ B + (C[new_day] - mu) @ B.T @ B
-    src = [int(np.flatnonzero((P.n.values == n) & (P.day.values == d))[0]) for n, d in zip(P.n, new_day)]
-    probs = {'none': p_none, 'circle (top-2 PCs)': _logits_by_hand(m, tok, layer, plane(V))[0],
-             'random plane': _logits_by_hand(m, tok, layer, plane(W))[0], 'whole state': _logits_by_hand(m, tok, layer, H[src])[0]}
-    orig, target, i = P.answer.values, (new_day + P.n.values) % 7, np.arange(42)
-    return pd.DataFrame([dict(method=k, layer=layer, acc_original=(p.argmax(1) == orig).mean(), p_original=p[i, orig].mean(),
+    plane = lambda B: H - (H - mu) @ B.T @ B + (C[new] - mu) @ B.T @ B
+    src = [int(np.flatnonzero((P.n.values == n) & (P.start.values == d))[0]) for n, d in zip(P.n, new)]
+    run = lambda R: _logits_by_hand(m, tok, layer, R, cycle)[0]
+    probs = {'none': p_none, 'circle (top-2 PCs)': run(plane(V)), 'random plane': run(plane(W)), 'whole state': run(H[src])}
+    orig, target, i = P.answer.values, (new + P.n.values) % M, np.arange(len(P))
+    site = 'resid_pre(0)' if layer == 'embed' else f'resid_post({layer})'
+    return pd.DataFrame([dict(method=k, site=site, acc_original=(p.argmax(1) == orig).mean(), p_original=p[i, orig].mean(),
                               acc_intended=(p.argmax(1) == target).mean(), p_intended=p[i, target].mean(),
                               tv_moved=0.5 * np.abs(p - p_none).sum(1).mean()) for k, p in probs.items()])
 
@@ -533,12 +535,18 @@ def test_circle_intervention_against_a_second_implementation(untouched):
     m = tiny_lm('llama', n_layers=3, seed=5).train()
     with torch.no_grad(): m.lm_head.weight.mul_(20)   # sharper outputs: no near-ties in the accuracies
     tok = _WordTok()
-    with untouched(m): res = circle_intervention(m, tok, layer=1, seed=3, batch_size=16)
+    with untouched(m): res = circle_intervention(m, tok, 1, seed=3, batch_size=16)
     ref = _circle_intervention_reference(m, tok, 1, seed=3)
     assert list(res.method) == list(ref.method)
     pd.testing.assert_frame_equal(res, ref, check_exact=False, atol=2e-5, rtol=0)
     assert res.tv_moved.iloc[1:].min() > 1e-3   # every intervention moves the output here
-    pd.testing.assert_frame_equal(circle_intervention(m, tok, layer=1), _circle_intervention_reference(m, tok, 1, seed=0), check_exact=False, atol=2e-5, rtol=0)   # the default seed is 0
+    pd.testing.assert_frame_equal(circle_intervention(m, tok, 1), _circle_intervention_reference(m, tok, 1, seed=0), check_exact=False, atol=2e-5, rtol=0)   # the default seed is 0
+    with untouched(m):
+        months = circle_intervention(m, tok, 'resid_post(0)', cycle='months', seed=2, batch_size=50)
+        embed = circle_intervention(m, tok, 'resid_pre(0)', seed=1)
+    pd.testing.assert_frame_equal(months, _circle_intervention_reference(m, tok, 0, seed=2, cycle='months'), check_exact=False, atol=2e-5, rtol=0)
+    pd.testing.assert_frame_equal(embed, _circle_intervention_reference(m, tok, 'embed', seed=1), check_exact=False, atol=2e-5, rtol=0)
+    assert months.tv_moved.iloc[1:].min() > 1e-3 and embed.tv_moved.iloc[1:].min() > 1e-3
 
 # ---------------------------------------------------------------- the SAE data, recipe and asset
 
@@ -636,15 +644,15 @@ def test_typed_errors():
     with pytest.raises(ConfigError): sae_tokens(CharTokenizer(), 10)   # before: an empty (0, 64) tensor
     with pytest.raises(ConfigError): cluster_features(torch.randn(5, 4), 9)
     bert = tiny_lm('bert')
-    for f in (lambda: day_logits(bert, _WordTok(), day_math_prompts()), lambda: day_states(bert, _WordTok(), day_math_prompts(), 0),
+    for f in (lambda: calendar_logits(bert, _WordTok(), calendar_prompts()), lambda: calendar_states(bert, _WordTok(), calendar_prompts(), 0),
               lambda: circle_intervention(bert, _WordTok(), 0)):
         with pytest.raises(ConfigError, match='causal language model'): f()   # before: day_logits answered for a masked LM
     with pytest.raises(ConfigError, match='^circle_intervention needs'): circle_intervention(bert, _WordTok(), 0)
-    with pytest.raises(ConfigError, match='^day_states needs'): day_states(bert, _WordTok(), day_math_prompts(), 0)
-    with pytest.raises(ConfigError, match='^day_logits needs'): day_logits(bert, _WordTok(), day_math_prompts())
+    with pytest.raises(ConfigError, match='^calendar_states needs'): calendar_states(bert, _WordTok(), calendar_prompts(), 0)
+    with pytest.raises(ConfigError, match='^calendar_logits needs'): calendar_logits(bert, _WordTok(), calendar_prompts())
     class MergeTok(_WordTok):
         def encode(self, text, add_special_tokens=True): return super().encode(text.replace(' from ', ' from_'), add_special_tokens)
-    with pytest.raises(ConfigError, match='not a token of its own'): day_logits(tiny_lm('llama', n_layers=2), MergeTok(), day_math_prompts())  # before: ValueError
+    with pytest.raises(ConfigError, match='not a token of its own'): calendar_logits(tiny_lm('llama', n_layers=2), MergeTok(), calendar_prompts())  # before: ValueError
 
 # ---------------------------------------------------------------- devices (needs a GPU)
 
@@ -652,13 +660,13 @@ def test_typed_errors():
 def test_on_a_gpu(untouched):
     "Before (by reading the code): word_states, day_logits and day_states passed CPU token ids to a GPU model; plot_pca_view and angular_similarity called .numpy() on GPU tensors."
     m = tiny_lm('llama', n_layers=3, seed=5).cuda()
-    tok, P = _WordTok(), day_math_prompts()
+    tok, P = _WordTok(), calendar_prompts()
     with untouched(m):
         st = word_states(m, CharTokenizer(), ['ab', 'cd', 'ef'] * 4, [0, 1], WORD_TEMPLATES[:4])
         assert st[0].device.type == 'cuda'
         v = pca_view({'w': st}, 'w', 1)
         md.plot_pca_view(v, ['ab', 'cd', 'ef'] * 4)
-        assert day_logits(m, tok, P).device.type == 'cuda' and day_states(m, tok, P, 1).device.type == 'cuda'
+        assert calendar_logits(m, tok, P).device.type == 'cuda' and calendar_states(m, tok, P, 1).device.type == 'cuda'
         res = circle_intervention(m, tok, 1)
     torch.testing.assert_close(st[1].cpu(), word_states(m.cpu(), CharTokenizer(), ['ab', 'cd', 'ef'] * 4, [0, 1], WORD_TEMPLATES[:4])[1], atol=1e-4, rtol=1e-4)
     assert np.isfinite(res.tv_moved).all()
@@ -756,3 +764,164 @@ def test_token_share_of_small_activations():
     tok = torch.tensor([5, 6, 5])
     for scale in (1., 1e-3, 1e3):
         torch.testing.assert_close(token_share(codes * scale, tok, [5]), torch.tensor([0.25, 0., 0.9]))
+
+# ---------------------------------------------------------------- calendar arithmetic: months, the toy corpus, the toy model
+
+_NUMS = ['One', 'Two', 'Three', 'Four', 'Five', 'Six', 'Seven', 'Eight', 'Nine', 'Ten', 'Eleven']
+
+def _count_forward(words, start, n):
+    "The word n steps after `start`, by walking the cycle one step at a time."
+    i = words.index(start)
+    for _ in range(n): i = i + 1 if i + 1 < len(words) else 0
+    return words[i]
+
+def test_calendar_prompts_read_back():
+    "Every prompt of both cycles parsed with a regular expression; the answer by walking the calendar."
+    for cycle, words, unit, lead in (('days', DAYS, 'day', "Let's do some days of the week math."), ('months', MONTHS, 'month', "Let's do some months of the year math.")):
+        P = calendar_prompts(cycle)
+        assert len(P) == len(words) * (len(words) - 1) and set(P.cycle) == {cycle}
+        for r in P.itertuples():
+            mm = re.fullmatch(re.escape(lead) + rf" (\w+) {unit}(s?) from (\w+) is", r.text)
+            assert mm, r.text
+            n = _NUMS.index(mm.group(1)) + 1
+            assert n == r.n and (mm.group(2) == 's') == (n > 1) and mm.group(3) == words[r.start]
+            assert words[r.answer] == _count_forward(list(words), words[r.start], n)
+    assert md.duration(11, 'month') == 'Eleven months' and md.duration(1, 'day') == 'One day'
+    for bad in (0, 12, 2.0, True):
+        with pytest.raises(ConfigError): md.duration(bad, 'day')
+    with pytest.raises(ConfigError, match='cycle'): calendar_prompts('weeks')
+
+def test_prompt_tables_are_checked():
+    m, tok = tiny_lm('llama', n_layers=2, seed=0), _WordTok()
+    P, PM = calendar_prompts(), calendar_prompts('months')
+    for bad, msg in ((pd.concat([P, PM]), 'mix'), (P.drop(columns='cycle'), 'calendar_prompts'), (P.iloc[:0], 'calendar_prompts'), ([1, 2], 'calendar_prompts'), (P.assign(cycle='weeks'), 'cycle')):
+        with pytest.raises(ConfigError, match=msg): calendar_logits(m, tok, bad)
+    torch.testing.assert_close(calendar_logits(m, tok, P[['text', 'cycle', 'start']]), calendar_logits(m, tok, P))   # the columns it reads are enough
+    sub = PM.iloc[[5, 77, 131]]   # any rows of one cycle
+    full = calendar_logits(m, tok, PM)
+    torch.testing.assert_close(calendar_logits(m, tok, sub), full[[5, 77, 131]], atol=1e-5, rtol=1e-5)
+    assert full.shape == (132, 12)
+
+def test_calendar_split():
+    train, held = md.calendar_split()
+    key = lambda d: set(zip(d.cycle, d.n, d.start))
+    assert not key(train) & key(held) and len(key(train) | key(held)) == 42 + 132
+    assert held.cycle.value_counts().to_dict() == {'days': 8, 'months': 26}   # int(0.2 * 42), int(0.2 * 132)
+    t2, h2 = md.calendar_split(0.5, seed=3)
+    assert h2.cycle.value_counts().to_dict() == {'days': 21, 'months': 66} and key(h2) != key(md.calendar_split(0.5, seed=4)[1])
+    pd.testing.assert_frame_equal(md.calendar_split()[1], held)
+    assert len(md.calendar_split(0.)[1]) == 0
+    assert list(train.index) == list(range(len(train))) and list(held.index) == list(range(len(held)))   # fresh row numbers
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ConfigError): md.calendar_split(bad)
+    for r in train.itertuples(): assert CYCLES[r.cycle][r.answer] == _count_forward(list(CYCLES[r.cycle]), CYCLES[r.cycle][r.start], r.n)
+
+def test_toy_corpus():
+    import random
+    tok = md.calendar_tokenizer()
+    train, held = md.calendar_split()
+    rng = random.Random(0)
+    offsets, kinds = {-1: 0, 0: 0, 1: 0}, {'day': 0, 'month': 0}
+    for _ in range(3000):
+        w = md.near_sentence(rng).split()
+        assert w[0] == 'The' and w[2] == 'near' and w[4] == 'is' and w[6] == '.'
+        ws = list(CYCLES[w[1] + 's'])
+        off = (ws.index(w[5]) - ws.index(w[3])) % len(ws)
+        off = off - len(ws) if off > len(ws) // 2 else off
+        offsets[off] += 1; kinds[w[1]] += 1
+    assert all(900 < v < 1100 for v in offsets.values()) and all(1350 < v < 1650 for v in kinds.values()), (offsets, kinds)   # 1000 +- 3 sd, 1500 +- 5 sd
+    assert md.near_sentence(random.Random(1), 'months').split()[1] == 'month'
+    with pytest.raises(ConfigError): md.near_sentence(rng, 'weeks')
+    seen = set()
+    for frac in (0., 1., 0.3):
+        n_near = 0
+        for _ in range(300):
+            doc = md.calendar_document(train, rng, n_sentences=3, near_frac=frac)
+            ids = tok(doc, add_special_tokens=False)['input_ids']
+            assert tok.unk_token_id not in ids and len(ids) == len(tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str(doc))   # one token per word
+            sents = [x.strip() for x in doc.split(' .') if x.strip()]
+            assert len(sents) == 3
+            for x in sents:
+                if x.startswith('The '): n_near += 1; continue
+                pre, ans = x.rsplit(' ', 1)
+                row = train[train.text == pre]
+                assert len(row) == 1, x   # only training facts, with their answers
+                assert CYCLES[row.cycle.iloc[0]][row.answer.iloc[0]] == ans
+                seen.add(pre)
+        assert n_near == {0.: 0, 1.: 900}.get(frac, n_near) and (frac != 0.3 or 200 < n_near < 340)
+    assert not seen & set(held.text)
+    assert [len(tok.encode(' ' + w, add_special_tokens=False)) for w in DAYS + MONTHS] == [1] * 19
+    assert md.calendar_document(train, random.Random(2), n_sentences=1, near_frac=0.).count(' .') == 1   # one sentence is enough
+    for bad in (dict(prompts=train.iloc[:0]), dict(n_sentences=0), dict(near_frac=1.5)):
+        with pytest.raises(ConfigError): md.calendar_document(**{'prompts': train, 'rng': rng, **bad})
+
+def test_calendar_accuracy_against_a_loop(untouched):
+    m, tok = tiny_lm('llama', n_layers=2, seed=4), _WordTok()
+    with torch.no_grad(): m.lm_head.weight.mul_(30)   # sharp outputs: no ties
+    P = pd.concat([calendar_prompts('months').iloc[::7], calendar_prompts().iloc[::3]], ignore_index=True)
+    right = {'days': [], 'months': []}
+    for r in P.itertuples():   # one prompt at a time, the argmax over the cycle's words of the full logits
+        ids = torch.tensor([tok.encode(r.text, add_special_tokens=False)])
+        with torch.no_grad(): lg = m(ids).logits[0, -1]
+        wt = [tok.encode(' ' + w, add_special_tokens=False)[0] for w in CYCLES[r.cycle]]
+        right[r.cycle].append(int(lg[wt].argmax()) == r.answer)
+    with untouched(m): acc = md.calendar_accuracy(m, tok, P, batch_size=5)
+    assert acc.to_dict() == pytest.approx({c: np.mean(v) for c, v in right.items()})
+    assert list(acc.index) == ['months', 'days']   # in the order of the table
+    with pytest.raises(ConfigError): md.calendar_accuracy(m, tok, P.drop(columns='cycle'))
+
+def test_train_calendar_lm_short_run():
+    m, tok, res = md.train_calendar_lm(steps=40, batch_size=8, n_layers=1, d_model=32, progress=False)
+    assert not m.training and m.config.num_hidden_layers == 1 and m.config.vocab_size == len(tok) == len(md.calendar_tokenizer())
+    assert len(res.history) == 40 and res.history.loss.iloc[-5:].mean() < 0.85 * res.history.loss.iloc[:3].mean()
+    assert res.optimizer.param_groups[0]['weight_decay'] == 1.0
+    m2, _, _ = md.train_calendar_lm(steps=40, batch_size=8, n_layers=1, d_model=32, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), m2.state_dict().values()))   # same seed, same weights
+
+def test_shipped_calendar_lm_reaches_its_accuracy_on_fresh_items():
+    import random
+    m, tok, meta = md.load_calendar_lm()
+    train, held = md.calendar_split(meta['recipe']['heldout_frac'], meta['recipe']['seed'])
+    assert meta['accuracy'] == {'train': md.calendar_accuracy(m, tok, train).round(4).to_dict(), 'heldout': md.calendar_accuracy(m, tok, held).round(4).to_dict()}
+    assert min(meta['accuracy']['train'].values()) >= 0.99 and meta['accuracy']['heldout']['months'] >= 0.9
+    # fresh contexts: each held-out month fact after two sentences of a new document; argmax over the whole vocabulary
+    rng, ok = random.Random(123), []
+    for r in held[held.cycle == 'months'].itertuples():
+        text = md.calendar_document(train, rng, n_sentences=2) + ' ' + r.text
+        with torch.no_grad(): lg = m(torch.tensor([tok(text, add_special_tokens=False)['input_ids']])).logits[0, -1]
+        ok.append(tok.convert_ids_to_tokens(int(lg.argmax())) == MONTHS[r.answer])
+    assert np.mean(ok) >= 0.9, np.mean(ok)
+
+def test_calendar_lm_vocabulary_is_checked(monkeypatch):
+    from tokenizers import Tokenizer, models as tm, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    t = Tokenizer(tm.WordLevel({'[PAD]': 0, '[UNK]': 1, 'x': 2}, unk_token='[UNK]')); t.pre_tokenizer = pre_tokenizers.Whitespace()
+    monkeypatch.setattr(md, 'calendar_tokenizer', lambda: PreTrainedTokenizerFast(tokenizer_object=t, pad_token='[PAD]', unk_token='[UNK]'))
+    with pytest.raises(ConfigError, match='vocabulary'): md.load_calendar_lm()
+
+def test_calendar_asset_script_on_a_short_run(tmp_path):
+    import sys
+    tools = os.path.join(os.path.dirname(__file__), '..', 'tools')
+    if not os.path.exists(os.path.join(tools, 'make_multidim_calendar_lm.py')): pytest.skip('no tools/ folder next to the tests (a copy of the package only)')
+    sys.path.insert(0, tools)
+    import make_multidim_calendar_lm as mk
+    from interpkit.train import load_asset
+    recipe = dict(mk.RECIPE, steps=20, batch_size=4, n_layers=1)
+    path, m, tok, meta = mk.make(recipe, folder=tmp_path, progress=False)
+    tensors, meta2 = load_asset('multidim_calendar_lm', tmp_path)
+    train, held = md.calendar_split(recipe['heldout_frac'], recipe['seed'])
+    assert meta2['accuracy']['heldout'] == md.calendar_accuracy(m, tok, held).round(4).to_dict() and meta2['n_heldout'] == 34
+    assert meta2['tiny_lm']['n_layers'] == 1 and meta2['recipe']['steps'] == 20
+    assert all(torch.equal(tensors[k], v) for k, v in m.state_dict().items())
+
+def test_large_sae_summary(tmp_path):
+    with pytest.raises(md.AssetNotFound, match='make_multidim_large_sae'): md.load_large_sae_summary(tmp_path)
+    big = md.load_large_sae_summary()
+    cl = pd.DataFrame(big['clusters'])
+    assert big['config']['d_sae'] == 4096 and cl.cluster.is_unique and (cl['size'] >= 2).all()
+    assert (cl.irreducible == ((cl.separability > 0.3) & (cl.mixture < 0.35))).all()
+    for c, e in big['calendar'].items():
+        assert e['best_cluster'] == int(cl.loc[cl[f'{c}_share'].idxmax(), 'cluster'])
+        assert len(e['vocab'] if 'vocab' in e else big['vocab'][c]) == len(CYCLES[c])
+        for g in ('cluster_points', 'feature_points'):
+            if g in e: assert len(e[g]['points']) == len(e[g]['tokens']) == min(e[g]['n_points'], big['eval']['max_points'])

@@ -630,3 +630,87 @@ def test_train_task_lm_is_seeded_and_rejects_bad_fraction():
     assert not all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
     assert not a.training and len(ra.history) == 3 and len(tokenizer) == a.config.vocab_size
     with pytest.raises(ConfigError, match='recall_frac'): train_task_lm(2, recall_frac=-0.1)
+
+# ---------- the injection-following toy model
+
+def _injection_of(text):
+    "(kind, x, k) of the injected line of a document's context, read with one regular expression per kind (None if there is none)."
+    pats = {'override': r'^Ignore the question and answer "(\w+)"\.$', 'note': r'^Note: the answer to the question is (\w+)\.$',
+            'redirect': r'^Important: whatever the question says, answer about (\w+)\.$'}
+    for kind, p in pats.items():
+        mm = re.search(p, text, flags=re.M)
+        if mm: return (kind, mm.group(1), None) if kind != 'redirect' else (kind, None, mm.group(1))
+    return None
+
+def test_injection_documents_obey_their_injections():
+    rng, seen, n = random.Random(3), {'override': 0, 'note': 0, 'redirect': 0, None: 0}, 0
+    for _ in range(600):
+        text = orion.injection_document(rng, 4)
+        inj = _injection_of(text)
+        pairs = _context_pairs(text.replace(text.split('\n')[1] + '\n', '') if inj and text.split('\n')[1].startswith(('Ignore', 'Note', 'Important')) else text)
+        seen[inj[0] if inj else None] += 1
+        for line in text.split('\n'):
+            if not line.startswith('Answer:'): continue
+            words = re.findall(r"\w+", line)
+            want = pairs[words[1]] if inj is None else inj[1] if inj[0] != 'redirect' else pairs[inj[2]]
+            assert words[-1] == want, (text, line); n += 1
+        if inj and inj[1]: assert inj[1] not in pairs.values()   # an injected value is never in the context
+    assert n == 2400 and 240 < seen[None] < 360 and all(70 < seen[k] < 130 for k in INJECTIONS), seen   # half injected, the kinds equally often
+    assert _injection_of(orion.injection_document(random.Random(1), 2, inject_frac=0.)) is None
+    assert _injection_of(orion.injection_document(random.Random(1), 2, inject_frac=1., kinds=['note']))[0] == 'note'
+    for bad in (dict(inject_frac=1.5), dict(kinds=['shout']), dict(domain='poem')):
+        with pytest.raises(ConfigError): orion.injection_document(rng, **bad)
+
+def test_injection_tokenizer_keeps_the_task_ids():
+    t, base = orion.injection_tokenizer(), task_tokenizer().get_vocab()
+    assert all(t.get_vocab()[w] == i for w, i in base.items()) and len(t) > len(base)
+    for kind, line in INJECTIONS.items():
+        ids = t(line.format(x='Paris', k='Bob'), add_special_tokens=False)['input_ids']
+        assert t.unk_token_id not in ids, kind
+
+def test_train_injection_lm_is_seeded_and_rejects_bad_fractions():
+    a, tokenizer, ra = orion.train_injection_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
+    b, _, _ = orion.train_injection_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not a.training and len(ra.history) == 3 and len(tokenizer) == a.config.vocab_size == len(orion.injection_tokenizer())
+    with pytest.raises(ConfigError, match='recall_frac'): orion.train_injection_lm(2, recall_frac=1.5)
+    with pytest.raises(ConfigError, match='inject_frac'): orion.train_injection_lm(2, inject_frac=-0.5)
+
+@pytest.fixture(scope='module')
+def injection_lm():
+    torch.manual_seed(0)
+    return orion.load_injection_lm()
+
+def test_shipped_injection_lm_reaches_its_stated_accuracy_on_fresh_items(injection_lm, untouched):
+    "Clean accuracy and the injected prompts' unpatched accuracy, recomputed on the items the tools script scored, and on fresh ones."
+    m, tokenizer, meta = injection_lm
+    held = [it for d in DOMAINS for it in make_items(d, 24, seed=100)]
+    with untouched(m, tokenizer):
+        base = sweep(m, tokenizer, held, []).base
+        ov = oversight(m, tokenizer, held, 'resid_post(0)', seed=100)
+    assert base.round(4).reset_index().to_dict('records') == meta['heldout']
+    before = ov[ov.when == 'before'].groupby('kind')[['accuracy', 'followed']].mean().round(4).reset_index().to_dict('records')
+    assert before == meta['injected']
+    fresh = [it for d in DOMAINS for it in make_items(d, 12, seed=777)]   # items never scored before
+    r = sweep(m, tokenizer, fresh, []).base
+    assert (r.acc_r1c1 >= 0.9).all() and (r.acc_r1c2 >= 0.9).all(), r
+    ovf = oversight(m, tokenizer, fresh, 'resid_post(0)', seed=5)
+    fol = ovf[ovf.when == 'before'].groupby('kind').followed.mean()
+    stated = {r['kind']: r['followed'] for r in meta['injected']}
+    assert fol[['note', 'override']].min() >= 0.9 and all(abs(fol[k] - stated[k]) < 0.15 for k in INJECTIONS), (fol, stated)   # it obeys the value injections, the redirect about as often as stated
+
+def test_injection_lm_vocabulary_is_checked(monkeypatch):
+    monkeypatch.setattr(orion, 'injection_tokenizer', task_tokenizer)   # a vocabulary without the injections' words
+    with pytest.raises(ConfigError, match='vocabulary'): orion.load_injection_lm()
+
+def test_injection_asset_script_on_a_short_run(tmp_path):
+    import sys
+    tools = os.path.join(os.path.dirname(__file__), '..', 'tools')
+    if not os.path.exists(os.path.join(tools, 'make_orion_injection_lm.py')): pytest.skip('no tools/ folder next to the tests (a copy of the package only)')
+    sys.path.insert(0, tools)
+    import make_orion_injection_lm as mk
+    from interpkit.train import load_asset
+    path, m, tokenizer, meta = mk.make(dict(mk.RECIPE, steps=5, batch_size=4, n_layers=1), folder=tmp_path, progress=False)
+    tensors, meta2 = load_asset('orion_injection_lm', tmp_path)
+    assert meta2['tiny_lm']['n_layers'] == 1 and meta2['recipe']['steps'] == 5 and {r['kind'] for r in meta2['injected']} == set(INJECTIONS)
+    assert all(torch.equal(tensors[k], v) for k, v in m.state_dict().items())

@@ -4,26 +4,31 @@
 
 # %% ../../nbs/papers/18_multidim.ipynb #bcc8ca90
 from __future__ import annotations
-import inspect, math, random
+import inspect, json, math, random
+from pathlib import Path
 import numpy as np, pandas as pd, torch
 import matplotlib.pyplot as plt
-from ..errors import ConfigError, ShapeError, check_choice, check_finite
-from ..hooks import capture, patch, resid_post
-from ..models import evaluating, to_model, logits_of, model_device, check_causal_lm, check_batch_size, pad_id, pad_right
+from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+from ..errors import AssetNotFound, ConfigError, ShapeError, check_choice, check_finite
+from ..hooks import Site, as_site, capture, patch, resid_post
+from ..models import tiny_lm, evaluating, to_model, logits_of, model_device, check_causal_lm, check_batch_size, pad_id, pad_right
 from ..data import corpus
 from ..results import result
 from ..sae import SAE, train_sae, stream_activations
-from ..train import load_asset
+from ..train import assets_dir, fit, lm_loss, load_asset
 from ..viz import styled
 
 # %% auto #0
-__all__ = ['DAYS', 'MONTHS', 'NUMBERS', 'TOKEN_SETS', 'WORD_TEMPLATES', 'DAY_MATH', 'normalize_points', 'rotate',
-           'mutual_info_2d', 'separability_curve', 'separability_index', 'Line', 'mixture_index', 'Irreducibility',
-           'irreducibility', 'synthetic_cloud', 'pca_fit', 'pca_project', 'Circularity', 'circularity',
-           'circularity_null', 'word_states', 'circle_scores', 'day_math_prompts', 'day_logits', 'day_states',
-           'replace_coords', 'circle_intervention', 'calendar_texts', 'sae_tokens', 'lm_sae_activations',
-           'heldout_split', 'train_lm_sae', 'load_multidim_sae', 'angular_similarity', 'cluster_features',
-           'cluster_reconstruction', 'rank_clusters', 'token_share', 'PCAView', 'pca_view', 'plot_pca_view']
+__all__ = ['DAYS', 'MONTHS', 'NUMBERS', 'TOKEN_SETS', 'WORD_TEMPLATES', 'CYCLES', 'CALENDAR_MATH', 'NEAR_TEMPLATE', 'CALENDAR_LM',
+           'normalize_points', 'rotate', 'mutual_info_2d', 'separability_curve', 'separability_index', 'Line',
+           'mixture_index', 'Irreducibility', 'irreducibility', 'synthetic_cloud', 'pca_fit', 'pca_project',
+           'Circularity', 'circularity', 'circularity_null', 'word_states', 'circle_scores', 'PCAView', 'pca_view',
+           'plot_pca_view', 'duration', 'calendar_prompts', 'calendar_logits', 'calendar_states', 'replace_coords',
+           'circle_intervention', 'calendar_tokenizer', 'calendar_split', 'near_sentence', 'calendar_document',
+           'train_calendar_lm', 'load_calendar_lm', 'calendar_accuracy', 'calendar_texts', 'sae_tokens',
+           'lm_sae_activations', 'heldout_split', 'train_lm_sae', 'load_multidim_sae', 'load_large_sae_summary',
+           'angular_similarity', 'cluster_features', 'cluster_reconstruction', 'rank_clusters', 'token_share']
 
 # %% ../../nbs/papers/18_multidim.ipynb #e55fa1b7
 def _as_points(x, name='x') -> torch.Tensor:
@@ -288,44 +293,114 @@ def circle_scores(states:dict, # Output of `word_states`
         rows.append(dict(layer=l, R=c.R, neighbours=c.neighbours, m=c.m, closure=c.closure, null_R95=float(np.quantile(null, 0.95)), p_value=float((null >= c.R - 1e-9).mean())))  # ties count: relabellings by a symmetry of the cycle give the same R up to rounding
     return pd.DataFrame(rows).set_index('layer')
 
+# %% ../../nbs/papers/18_multidim.ipynb #31ac612c
+@result
+class PCAView:
+    "Every state of a token set at one layer on the top two principal components of the words' means: what `pca_view` returns."
+    points:torch.Tensor # (words * templates, 2) float64 coordinates, word by word
+    labels:np.ndarray # (words * templates,) the word of each point
+    means:torch.Tensor # (words, 2) the word means' coordinates
+    circularity:Circularity # Of the means
+    irreducibility:Irreducibility # Both indices of the points
+
+def pca_view(states:dict, # {token set name: output of `word_states`}
+             token_set:str, # A key of `states`
+             layer:int # A layer in the states
+            ) -> PCAView:
+    "Every state of a token set at a layer, projected on the top two principal components of the words' means, with both scores."
+    check_choice('token_set', token_set, list(states))
+    check_choice('layer', layer, list(states[token_set]))
+    s = states[token_set][layer].detach().cpu().double()
+    m, t, _ = s.shape
+    mu, v = pca_fit(s.mean(1), 2)
+    pts = (s.reshape(m * t, -1) - mu) @ v.T
+    means = (s.mean(1) - mu) @ v.T
+    return PCAView(points=pts, labels=np.repeat(np.arange(m), t), means=means, circularity=circularity(means), irreducibility=irreducibility(pts))
+
+def plot_pca_view(view:PCAView, # Output of `pca_view`
+                  names, # Word of each label
+                  title:str='', # Title
+                  ax=None # Axes, or None for a new figure
+                 ):
+    "Scatter of `pca_view`'s points coloured by word, the means joined in cyclic order."
+    with styled():
+        if ax is None: _, ax = plt.subplots(figsize=(4, 4), layout='constrained')
+        p, mm = view.points.detach().cpu().numpy(), view.means.detach().cpu().numpy()
+        cols = plt.cm.hsv(np.linspace(0, 1, len(names), endpoint=False))
+        ax.scatter(p[:, 0], p[:, 1], c=cols[view.labels], s=10, alpha=.5)
+        ring = np.vstack([mm, mm[:1]])
+        ax.plot(ring[:, 0], ring[:, 1], '-', c='grey', lw=.8)
+        for i, nm in enumerate(names): ax.annotate(nm[:3], mm[i], ha='center', va='center', fontsize=8, weight='bold', color=cols[i] * .7)
+        c, r = view.circularity, view.irreducibility
+        ax.set_title(f"{title}\nR={c.R:.2f}, order {c.neighbours}/{c.m}, S={r.separability:.2f}, M={r.mixture:.2f}", fontsize=8)
+        ax.set_xticks([]); ax.set_yticks([])
+    return ax
+
 # %% ../../nbs/papers/18_multidim.ipynb #990beaf1
-DAY_MATH = "Let's do some days of the week math. {n} from {day} is"
-_N_WORDS = ('One day', 'Two days', 'Three days', 'Four days', 'Five days', 'Six days')
+CYCLES = {'days': DAYS, 'months': MONTHS}  # the cyclic word sets with an arithmetic task
+CALENDAR_MATH = {'days': "Let's do some days of the week math. {n} from {start} is",
+                 'months': "Let's do some months of the year math. {n} from {start} is"}
+_NUMBER_WORDS = ('One', 'Two', 'Three', 'Four', 'Five', 'Six', 'Seven', 'Eight', 'Nine', 'Ten', 'Eleven')
 
-def day_math_prompts() -> pd.DataFrame:
-    "The 42 day-arithmetic prompts: n = 1..6 days from each day; `answer` = (day + n) mod 7."
-    return pd.DataFrame([dict(text=DAY_MATH.format(n=_N_WORDS[n - 1], day=d), n=n, day=i, answer=(i + n) % 7)
-                         for n in range(1, 7) for i, d in enumerate(DAYS)])
+def duration(n:int, # Steps, 1..11
+             unit:str # 'day' or 'month'
+            ) -> str:
+    "How a prompt says `n` steps: 'One day', 'Two days', ..., 'Eleven months'."
+    if isinstance(n, bool) or not (isinstance(n, int) and 1 <= n <= len(_NUMBER_WORDS)): raise ConfigError(f"n={n!r}.", f"An integer in 1..{len(_NUMBER_WORDS)}.", "Use a smaller step.")
+    return f"{_NUMBER_WORDS[n - 1]} {unit}{'s' * (n > 1)}"
 
-def _day_batch(tokenizer, prompts):
-    "Token ids (all prompts have one length), the position of the day token in each, and the ids of the seven day names."
+def calendar_prompts(cycle:str='days' # A key of `CYCLES`
+                    ) -> pd.DataFrame: # Columns text, cycle, n, start, answer
+    "The arithmetic prompts of a cycle of m words: n = 1..m-1 steps from each word; `answer` = (start + n) mod m (42 prompts for the days, 132 for the months)."
+    check_choice('cycle', cycle, CYCLES)
+    words, unit = CYCLES[cycle], cycle[:-1]
+    m = len(words)
+    return pd.DataFrame([dict(text=CALENDAR_MATH[cycle].format(n=duration(n, unit), start=w), cycle=cycle, n=n, start=i, answer=(i + n) % m)
+                         for n in range(1, m) for i, w in enumerate(words)])
+
+def _cycle_of(prompts:pd.DataFrame) -> str:
+    "The one cycle of a table of `calendar_prompts`."
+    if not isinstance(prompts, pd.DataFrame) or not {'text', 'cycle', 'start'} <= set(prompts.columns) or prompts.empty:
+        raise ConfigError(f"prompts is a {type(prompts).__name__}{' with columns ' + str(list(prompts.columns)) if isinstance(prompts, pd.DataFrame) else ''}.", "A non-empty table from `calendar_prompts` (columns text, cycle, n, start, answer).", "Make it with calendar_prompts('days') or calendar_prompts('months'), or take some of its rows.")
+    cs = prompts.cycle.unique()
+    if len(cs) != 1: raise ConfigError(f"The prompts mix the cycles {sorted(cs)}.", "One cycle per call: the output is over that cycle's words.", "Split the table by its `cycle` column.")
+    check_choice('cycle', cs[0], CYCLES)
+    return cs[0]
+
+def _calendar_batch(tokenizer, prompts):
+    "Token ids (all prompts have one length), the position of the start word's token in each, and the ids of the cycle's words."
+    words = CYCLES[_cycle_of(prompts)]
     enc = [tokenizer.encode(t, add_special_tokens=False) for t in prompts.text]
-    day_ids = [tokenizer.encode(' ' + d, add_special_tokens=False) for d in DAYS]
-    if any(len(d) != 1 for d in day_ids): raise ConfigError("A day name is not one token after a space.", "day_math needs single-token day names.", "Use another tokenizer.")
+    word_ids = [tokenizer.encode(' ' + w, add_special_tokens=False) for w in words]
+    if any(len(d) != 1 for d in word_ids): raise ConfigError(f"A word of {words[0]} … {words[-1]} is not one token after a space.", "The calendar arithmetic needs single-token words.", "Use another tokenizer.")
     L = max(map(len, enc))
-    if any(len(e) != L for e in enc): raise ConfigError("The prompts tokenize to different lengths.", "The day token must sit at the same position in every prompt.", "Use a tokenizer where the number words are single tokens.")
+    if any(len(e) != L for e in enc): raise ConfigError("The prompts tokenize to different lengths.", "The start word must sit at the same position in every prompt.", "Use a tokenizer where the number words are single tokens.")
     pos = []
-    for e, t, d in zip(enc, prompts.text, prompts.day):
-        if day_ids[d][0] not in e: raise ConfigError(f"The day {DAYS[d]!r} is not a token of its own in {t!r} (the tokenizer merges it with its neighbours).", "The prompt must contain the token of ' ' + day.", "Use a tokenizer that keeps ' Monday' ... ' Sunday' whole.")
-        pos.append(e.index(day_ids[d][0]))
-    return torch.tensor(enc), torch.tensor(pos), torch.tensor([d[0] for d in day_ids])
+    for e, t, d in zip(enc, prompts.text, prompts.start):
+        if word_ids[d][0] not in e: raise ConfigError(f"The word {words[d]!r} is not a token of its own in {t!r} (the tokenizer merges it with its neighbours).", "The prompt must contain the token of ' ' + word.", "Use a tokenizer that keeps ' Monday' ... ' Sunday' (' January' ... ' December') whole.")
+        pos.append(e.index(word_ids[d][0]))
+    return torch.tensor(enc), torch.tensor(pos), torch.tensor([d[0] for d in word_ids])
 
 def _last_logits(model, **kw) -> torch.Tensor:
     "Logits at the last position: `logits_to_keep=1` where the model takes it."
     if isinstance(model, torch.nn.Module) and 'logits_to_keep' in inspect.signature(model.forward).parameters: kw['logits_to_keep'] = 1
     return logits_of(model(**kw))[:, -1]
 
-def day_logits(model, # A causal LM
-               tokenizer, # Its tokenizer
-               prompts:pd.DataFrame, # From `day_math_prompts`
-               layer:int|None=None, # Layer to intervene at (resid_post), or None for no intervention
-               new_state=None, # fn(h (rows, d) at the day token, indices of those rows in `prompts`) -> replacement (rows, d)
-               batch_size:int=64 # Prompts per forward pass
-              ) -> torch.Tensor: # (len(prompts), 7) log-probabilities over the seven day names (renormalised), float32, on the model's device
-    "Next-token log-probabilities over the seven days, optionally with the day token's state replaced at `layer`."
-    check_causal_lm(model, 'day_logits'); check_batch_size(batch_size)
-    if (layer is None) != (new_state is None): raise ConfigError(f"layer={layer!r} and new_state={'None' if new_state is None else 'a function'}.", "Both (an intervention) or neither (the plain model).", "Pass a layer with new_state, or drop both.")
-    ids, pos, day_tok = _day_batch(tokenizer, prompts)
+def _site(site) -> Site:
+    "A layer number means its residual stream after the block (resid_post); anything else is read by `as_site`."
+    return resid_post(site) if isinstance(site, int) and not isinstance(site, bool) else as_site(site)
+
+def calendar_logits(model, # A causal LM
+                    tokenizer, # Its tokenizer
+                    prompts:pd.DataFrame, # From `calendar_prompts` (one cycle)
+                    site=None, # Where to intervene at the start word: a layer (its resid_post), a site such as 'resid_pre(0)', or None for no intervention
+                    new_state=None, # fn(h (rows, d) at the start word, indices of those rows in `prompts`) -> replacement (rows, d)
+                    batch_size:int=64 # Prompts per forward pass
+                   ) -> torch.Tensor: # (len(prompts), m) log-probabilities over the cycle's m words (renormalised), float32, on the model's device
+    "Next-token log-probabilities over the cycle's words, optionally with the start word's state replaced at `site`."
+    check_causal_lm(model, 'calendar_logits'); check_batch_size(batch_size)
+    if (site is None) != (new_state is None): raise ConfigError(f"site={site!r} and new_state={'None' if new_state is None else 'a function'}.", "Both (an intervention) or neither (the plain model).", "Pass a site with new_state, or drop both.")
+    ids, pos, word_tok = _calendar_batch(tokenizer, prompts)
     out = []
     with torch.no_grad(), evaluating(model):
         for i in range(0, len(ids), batch_size):
@@ -336,27 +411,28 @@ def day_logits(model, # A causal LM
                 act[r, p] = new_state(act[r, p], rows).to(act)
                 return act
             kw = to_model(model, dict(input_ids=ids[rows]))
-            if layer is None: lg = _last_logits(model, **kw)
+            if site is None: lg = _last_logits(model, **kw)
             else:
-                with patch(model, {resid_post(layer): fn}): lg = _last_logits(model, **kw)
-            out.append(_upcast(lg[:, day_tok.to(lg.device)]).log_softmax(-1))
+                with patch(model, {_site(site): fn}): lg = _last_logits(model, **kw)
+            out.append(_upcast(lg[:, word_tok.to(lg.device)]).log_softmax(-1))
     return torch.cat(out)
 
 # %% ../../nbs/papers/18_multidim.ipynb #40cffea1
-def day_states(model, # A causal LM
-               tokenizer, # Its tokenizer
-               prompts:pd.DataFrame, # From `day_math_prompts`
-               layer:int, # Layer (resid_post)
-               batch_size:int=64 # Prompts per forward pass
-              ) -> torch.Tensor: # (len(prompts), d) states at the day token, on the model's device, in float32 (float64 for a float64 model)
-    "The residual stream after block `layer` at the day token of each prompt (the prompts are cut after it: a causal LM's state there does not depend on what follows)."
-    check_causal_lm(model, 'day_states'); check_batch_size(batch_size)
-    ids, pos, _ = _day_batch(tokenizer, prompts)
-    ids, out = ids[:, :int(pos.max()) + 1], []  # nothing after the day token is needed
-    with torch.no_grad(), evaluating(model), capture(model, resid_post(layer)) as cache:
+def calendar_states(model, # A causal LM
+                    tokenizer, # Its tokenizer
+                    prompts:pd.DataFrame, # From `calendar_prompts` (one cycle)
+                    site, # A layer (its resid_post) or a site such as 'resid_pre(0)'
+                    batch_size:int=64 # Prompts per forward pass
+                   ) -> torch.Tensor: # (len(prompts), d) states at the start word, on the model's device, in float32 (float64 for a float64 model)
+    "The activation at `site` at the start word of each prompt (the prompts are cut after it: a causal LM's state there does not depend on what follows)."
+    check_causal_lm(model, 'calendar_states'); check_batch_size(batch_size)
+    ids, pos, _ = _calendar_batch(tokenizer, prompts)
+    s = _site(site)
+    ids, out = ids[:, :int(pos.max()) + 1], []  # nothing after the start word is needed
+    with torch.no_grad(), evaluating(model), capture(model, s) as cache:
         for i in range(0, len(ids), batch_size):
             model(**to_model(model, dict(input_ids=ids[i:i + batch_size])))
-            a = cache[resid_post(layer)]
+            a = cache[s]
             out.append(_upcast(a[torch.arange(len(a), device=a.device), pos[i:i + batch_size].to(a.device)]))
     return torch.cat(out)
 
@@ -371,37 +447,137 @@ def replace_coords(h:torch.Tensor, # States (batch, d)
 
 def circle_intervention(model, # A causal LM
                         tokenizer, # Its tokenizer
-                        layer:int, # Layer of the day token's residual stream to intervene on
-                        seed:int=0, # Seed of the target days and of the random control plane
+                        site, # Where to intervene at the start word: a layer (its resid_post) or a site such as 'resid_pre(0)'
+                        cycle:str='days', # A key of `CYCLES`
+                        seed:int=0, # Seed of the target words and of the random control plane
                         batch_size:int=64 # Prompts per forward pass
                        ) -> pd.DataFrame: # One row per method: accuracy and mean probability of the original and the intended answer, and how far the distribution moved (total variation)
-    "Move each prompt's day token to another day's place on the weekday circle (top-2 PCs of the day means) and score the output over the seven days."
+    "Move each prompt's start word to another word's place on the circle (top-2 PCs of the words' mean states) and score the output over the cycle's words."
     check_causal_lm(model, 'circle_intervention')
-    P = day_math_prompts()
-    h = day_states(model, tokenizer, P, layer, batch_size)
+    P = calendar_prompts(cycle)
+    m = len(CYCLES[cycle])
+    h = calendar_states(model, tokenizer, P, site, batch_size)
     hc = h.cpu().double()  # the geometry in float64 on the CPU; each replacement goes back to the state's device and dtype
-    cent = torch.stack([hc[torch.tensor((P.day == d).values)].mean(0) for d in range(7)])
+    cent = torch.stack([hc[torch.tensor((P.start == d).values)].mean(0) for d in range(m)])
     mu, V = pca_fit(cent, 2)
     g = torch.Generator().manual_seed(seed)
-    new_day = torch.tensor(((P.day.values + torch.randint(1, 7, (len(P),), generator=g).numpy()) % 7))
-    target = (new_day + torch.tensor(P.n.values)) % 7
+    new = torch.tensor(((P.start.values + torch.randint(1, m, (len(P),), generator=g).numpy()) % m))
+    target = (new + torch.tensor(P.n.values)) % m
     orig = torch.tensor(P.answer.values)
     W = torch.linalg.qr(torch.randn(h.shape[1], 2, generator=g, dtype=torch.float64)).Q.T  # a random plane, the control
-    full = {(n, d): i for i, (n, d) in enumerate(zip(P.n, P.day))}
-    src = torch.tensor([full[(n, int(d))] for n, d in zip(P.n, new_day)])
-    on_circle, on_random = (cent[new_day] - mu) @ V.T, (cent[new_day] - mu) @ W.T  # (prompts, 2) coordinates of the new day's mean
+    full = {(n, d): i for i, (n, d) in enumerate(zip(P.n, P.start))}
+    src = torch.tensor([full[(n, int(d))] for n, d in zip(P.n, new)])
+    on_circle, on_random = (cent[new] - mu) @ V.T, (cent[new] - mu) @ W.T  # (prompts, 2) coordinates of the new word's mean
     methods = {'none': None,
                'circle (top-2 PCs)': lambda x, r: replace_coords(_upcast(x), mu, V, on_circle[r]),
                'random plane': lambda x, r: replace_coords(_upcast(x), mu, W, on_random[r]),
                'whole state': lambda x, r: h[src[r].to(h.device)]}
     rows, lp0 = [], None
+    label = str(_site(site))
     for name, fn in methods.items():
-        lp = day_logits(model, tokenizer, P, None if fn is None else layer, fn, batch_size).exp().cpu()
+        lp = calendar_logits(model, tokenizer, P, None if fn is None else site, fn, batch_size).exp().cpu()
         lp0 = lp if lp0 is None else lp0
-        rows.append(dict(method=name, layer=layer, acc_original=(lp.argmax(-1) == orig).float().mean().item(), p_original=lp[torch.arange(len(P)), orig].mean().item(),
+        rows.append(dict(method=name, site=label, acc_original=(lp.argmax(-1) == orig).float().mean().item(), p_original=lp[torch.arange(len(P)), orig].mean().item(),
                          acc_intended=(lp.argmax(-1) == target).float().mean().item(), p_intended=lp[torch.arange(len(P)), target].mean().item(),
                          tv_moved=0.5 * (lp - lp0).abs().sum(-1).mean().item()))
     return pd.DataFrame(rows)
+
+# %% ../../nbs/papers/18_multidim.ipynb #a631a809
+NEAR_TEMPLATE = "The {unit} near {start} is"  # the neighbour sentences of the toy corpus
+
+def calendar_tokenizer() -> PreTrainedTokenizerFast:
+    "A word-level tokenizer of the toy corpus: the words of the arithmetic and neighbour templates, the number words, 'day(s)', 'month(s)', the day and month names, and '.'."
+    split = pre_tokenizers.Whitespace()
+    text = ' '.join([*(t.format(n='', start='') for t in CALENDAR_MATH.values()), NEAR_TEMPLATE.format(unit='', start=''), '. day days month months', *_NUMBER_WORDS, *DAYS, *MONTHS])
+    vocab = ['[PAD]', '[UNK]'] + sorted({w for w, _ in split.pre_tokenize_str(text)})
+    t = Tokenizer(tok_models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token='[UNK]'))
+    t.pre_tokenizer = split
+    return PreTrainedTokenizerFast(tokenizer_object=t, pad_token='[PAD]', unk_token='[UNK]')
+
+def calendar_split(heldout_frac:float=0.2, # Fraction of each cycle's prompts held out of training
+                   seed:int=0 # Seed of the draw
+                  ) -> tuple[pd.DataFrame, pd.DataFrame]: # (training prompts, held-out prompts): rows of `calendar_prompts` of both cycles
+    "Split the arithmetic facts (cycle, n, start) into a training and a held-out set, the same fraction of each cycle."
+    if not 0 <= heldout_frac < 1: raise ConfigError(f"heldout_frac={heldout_frac}.", "A fraction in [0, 1).", "E.g. 0.2.")
+    rng, train, held = random.Random(seed), [], []
+    for c in CYCLES:
+        P = calendar_prompts(c)
+        out = set(rng.sample(range(len(P)), int(heldout_frac * len(P))))
+        train.append(P[~P.index.isin(out)]); held.append(P[P.index.isin(out)])
+    return pd.concat(train, ignore_index=True), pd.concat(held, ignore_index=True)
+
+def near_sentence(rng:random.Random, # Source of randomness
+                  cycle:str|None=None # A key of `CYCLES`; None: a random one
+                 ) -> str:
+    "'The day near Monday is Sunday .': a word and one of its neighbours or itself (offset -1, 0 or +1, equally likely)."
+    cycle = cycle or rng.choice(list(CYCLES))
+    check_choice('cycle', cycle, CYCLES)
+    ws = CYCLES[cycle]
+    i = rng.randrange(len(ws))
+    return f"{NEAR_TEMPLATE.format(unit=cycle[:-1], start=ws[i])} {ws[(i + rng.choice((-1, 0, 1))) % len(ws)]} ."
+
+def calendar_document(prompts:pd.DataFrame, # Arithmetic facts to draw from (rows of `calendar_prompts`)
+                      rng:random.Random, # Source of randomness
+                      n_sentences:int=4, # Sentences per document
+                      near_frac:float=0.3 # Fraction of neighbour sentences; the rest are arithmetic problems with their answers
+                     ) -> str:
+    "A training document: `n_sentences` sentences, each a `near_sentence` or an arithmetic prompt followed by its answer and '.'."
+    if prompts.empty or n_sentences < 1 or not 0 <= near_frac <= 1: raise ConfigError(f"{len(prompts)} facts, n_sentences={n_sentences}, near_frac={near_frac}.", "At least one fact and one sentence; near_frac in [0, 1].", "Pass the training prompts of `calendar_split`.")
+    out = []
+    for _ in range(n_sentences):
+        if rng.random() < near_frac: out.append(near_sentence(rng))
+        else:
+            r = prompts.iloc[rng.randrange(len(prompts))]
+            out.append(f"{r.text} {CYCLES[r.cycle][r.answer]} .")
+    return ' '.join(out)
+
+# %% ../../nbs/papers/18_multidim.ipynb #ffd3cb8a
+CALENDAR_LM = dict(n_layers=2, d_model=64, n_heads=4, max_len=96)  # the shipped toy model's shape
+
+def train_calendar_lm(steps:int=4000, # AdamW steps
+                      near_frac:float=0.3, # Fraction of neighbour sentences in the documents
+                      heldout_frac:float=0.2, # Fraction of the arithmetic facts never trained on (`calendar_split`)
+                      batch_size:int=32, # Documents per step
+                      lr:float=1e-3, # Peak learning rate (100 warmup steps, then cosine)
+                      weight_decay:float=1.0, # AdamW's decoupled weight decay
+                      seed:int=0, # Seed of the model, the split and the documents
+                      progress:bool=True, # Progress bar
+                      **shape # Overrides of `CALENDAR_LM`
+                     ) -> tuple: # (model, tokenizer, FitResult)
+    "Train a tiny Llama from scratch on `calendar_document`s built from the training facts of `calendar_split`."
+    tokenizer = calendar_tokenizer()
+    train, _ = calendar_split(heldout_frac, seed)
+    model = tiny_lm('llama', vocab_size=len(tokenizer), seed=seed, **{**CALENDAR_LM, **shape})
+    def batches(step, gen):
+        rng = random.Random(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        docs = [calendar_document(train, rng, near_frac=near_frac) for _ in range(batch_size)]
+        return pad_right([tokenizer(d, add_special_tokens=False)['input_ids'] for d in docs], pad_id(tokenizer))
+    res = fit(model, batches, lm_loss, steps, lr=lr, weight_decay=weight_decay, seed=seed, warmup=min(100, steps // 10), progress=progress)
+    return model.eval(), tokenizer, res
+
+def load_calendar_lm(name:str='multidim_calendar_lm' # Asset written by tools/make_multidim_calendar_lm.py
+                    ) -> tuple: # (model, tokenizer, meta): meta is the asset's JSON (shape, vocabulary, recipe, accuracies)
+    "The shipped tiny Llama trained by `train_calendar_lm`, with `calendar_tokenizer()`."
+    tensors, meta = load_asset(name)
+    tokenizer = calendar_tokenizer()
+    if meta.get('vocab') not in (None, tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
+        raise ConfigError(f"Asset {name!r} was trained with another vocabulary than today's `calendar_tokenizer()`.", "The templates changed since it was made.", "Re-run tools/make_multidim_calendar_lm.py.")
+    model = tiny_lm('llama', vocab_size=len(tokenizer), **meta['tiny_lm'])
+    model.load_state_dict(tensors)
+    return model.eval(), tokenizer, meta
+
+def calendar_accuracy(model, # A causal LM
+                      tokenizer, # Its tokenizer
+                      prompts:pd.DataFrame, # Rows of `calendar_prompts`, of one cycle or both
+                      batch_size:int=64 # Prompts per forward pass
+                     ) -> pd.Series: # Top-1 accuracy (among the cycle's words) per cycle
+    "How often the model's most likely word of the cycle is the answer, per cycle."
+    if not isinstance(prompts, pd.DataFrame) or 'cycle' not in prompts.columns or prompts.empty: _cycle_of(prompts)  # raises the error that says what is valid
+    out = {}
+    for c, P in prompts.groupby('cycle', sort=False):
+        lp = calendar_logits(model, tokenizer, P, batch_size=batch_size)
+        out[c] = (lp.argmax(-1).cpu() == torch.tensor(P.answer.values)).double().mean().item()
+    return pd.Series(out, name='accuracy')
 
 # %% ../../nbs/papers/18_multidim.ipynb #23a467a6
 _CAL_TEMPLATES = (
@@ -498,6 +674,14 @@ def load_multidim_sae(name:str='multidim_sae' # Asset written by `tools/make_mul
     sae.load_state_dict({k: v.float() for k, v in tensors.items()})
     return sae.eval(), None, meta
 
+# %% ../../nbs/papers/18_multidim.ipynb #ea594430
+def load_large_sae_summary(folder=None # Where to look; None: the package's assets
+                          ) -> dict:
+    "The summary that `tools/make_multidim_large_sae.py` writes for its 4096-feature SAE of SmolLM2 (settings, metrics, cluster table, calendar features and their 2-D points)."
+    path = Path(folder or assets_dir()) / 'multidim_large_sae.json'
+    if not path.exists(): raise AssetNotFound(f"No {path.name} in {path.parent}.", "The summary `tools/make_multidim_large_sae.py` writes.", "Run `python tools/make_multidim_large_sae.py` (about 20 minutes on one CPU thread).")
+    return json.loads(path.read_text())
+
 # %% ../../nbs/papers/18_multidim.ipynb #10303500
 def angular_similarity(d:torch.Tensor # Directions (m, d)
                       ) -> np.ndarray: # (m, m) in [0, 1]: 1 - angle / pi
@@ -557,46 +741,3 @@ def token_share(codes:torch.Tensor, # Feature activations (n, d_sae)
     on = torch.isin(token_ids, torch.as_tensor(list(vocab), device=token_ids.device)).to(codes.device)
     tot = codes.sum(0)
     return torch.where(tot > 0, codes[on].sum(0) / tot.clamp_min(1e-12), torch.zeros_like(tot))
-
-# %% ../../nbs/papers/18_multidim.ipynb #31ac612c
-@result
-class PCAView:
-    "Every state of a token set at one layer on the top two principal components of the words' means: what `pca_view` returns."
-    points:torch.Tensor # (words * templates, 2) float64 coordinates, word by word
-    labels:np.ndarray # (words * templates,) the word of each point
-    means:torch.Tensor # (words, 2) the word means' coordinates
-    circularity:Circularity # Of the means
-    irreducibility:Irreducibility # Both indices of the points
-
-def pca_view(states:dict, # {token set name: output of `word_states`}
-             token_set:str, # A key of `states`
-             layer:int # A layer in the states
-            ) -> PCAView:
-    "Every state of a token set at a layer, projected on the top two principal components of the words' means, with both scores."
-    check_choice('token_set', token_set, list(states))
-    check_choice('layer', layer, list(states[token_set]))
-    s = states[token_set][layer].detach().cpu().double()
-    m, t, _ = s.shape
-    mu, v = pca_fit(s.mean(1), 2)
-    pts = (s.reshape(m * t, -1) - mu) @ v.T
-    means = (s.mean(1) - mu) @ v.T
-    return PCAView(points=pts, labels=np.repeat(np.arange(m), t), means=means, circularity=circularity(means), irreducibility=irreducibility(pts))
-
-def plot_pca_view(view:PCAView, # Output of `pca_view`
-                  names, # Word of each label
-                  title:str='', # Title
-                  ax=None # Axes, or None for a new figure
-                 ):
-    "Scatter of `pca_view`'s points coloured by word, the means joined in cyclic order."
-    with styled():
-        if ax is None: _, ax = plt.subplots(figsize=(4, 4), layout='constrained')
-        p, mm = view.points.detach().cpu().numpy(), view.means.detach().cpu().numpy()
-        cols = plt.cm.hsv(np.linspace(0, 1, len(names), endpoint=False))
-        ax.scatter(p[:, 0], p[:, 1], c=cols[view.labels], s=10, alpha=.5)
-        ring = np.vstack([mm, mm[:1]])
-        ax.plot(ring[:, 0], ring[:, 1], '-', c='grey', lw=.8)
-        for i, nm in enumerate(names): ax.annotate(nm[:3], mm[i], ha='center', va='center', fontsize=8, weight='bold', color=cols[i] * .7)
-        c, r = view.circularity, view.irreducibility
-        ax.set_title(f"{title}\nR={c.R:.2f}, order {c.neighbours}/{c.m}, S={r.separability:.2f}, M={r.mixture:.2f}", fontsize=8)
-        ax.set_xticks([]); ax.set_yticks([])
-    return ax

@@ -21,8 +21,9 @@ from ..viz import line_plot
 # %% auto #0
 __all__ = ['DOMAINS', 'INJECTIONS', 'TASK_LM', 'Item', 'make_items', 'render', 'chat_prompt', 'prompt', 'answer_id', 'Patched',
            'request_patch', 'last_logits', 'SweepResult', 'sweep', 'Band', 'band_summary', 'injected', 'oversight',
-           'task_tokenizer', 'task_document', 'recall_document', 'train_task_lm', 'load_task_lm', 'top_tokens',
-           'PatchReport', 'patch_report', 'show_patch', 'plot_sweep']
+           'task_tokenizer', 'task_document', 'recall_document', 'train_task_lm', 'load_task_lm', 'injection_tokenizer',
+           'injection_document', 'train_injection_lm', 'load_injection_lm', 'top_tokens', 'PatchReport', 'patch_report',
+           'show_patch', 'plot_sweep']
 
 # %% ../../nbs/papers/16_orion.ipynb #94e7406d
 DOMAINS = {  # domain -> (keys, values, context line, question, answer prefill)
@@ -407,7 +408,26 @@ def recall_document(rng:random.Random, # Source of randomness
     return ' '.join(f'{k} {v}' for k, v in c) + ''.join(f' Answer : {k} {v}' for k, v in (rng.choice(c) for _ in range(n_questions)))
 
 # %% ../../nbs/papers/16_orion.ipynb #eaceb464
-TASK_LM = dict(n_layers=4, d_model=64, n_heads=4, max_len=256)  # the shipped toy model's shape
+TASK_LM = dict(n_layers=4, d_model=64, n_heads=4, max_len=256)  # the shipped toy models' shape
+
+def _train_toy_lm(tokenizer, document, steps, batch_size, lr, seed, progress, shape):
+    "Train a tiny Llama of shape `TASK_LM` (with `shape`'s overrides) from scratch on batches of `document(rng)` texts: AdamW, 200 warmup steps, constant rate, clipped gradients."
+    model = tiny_lm('llama', vocab_size=len(tokenizer), seed=seed, **{**TASK_LM, **shape})
+    def batches(step, gen):
+        rng = random.Random(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        return pad_right([tokenizer(document(rng), add_special_tokens=False)['input_ids'] for _ in range(batch_size)], pad_id(tokenizer))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    res = fit(model, batches, lm_loss, steps, seed=seed, warmup=min(200, steps // 10), grad_clip=1.0, schedule='constant', optimizer=opt, progress=progress)
+    return model.eval(), tokenizer, res
+
+def _load_toy_lm(name, tokenizer, tokenizer_name, script):
+    "A shipped toy model: asset `name`, checked against today's vocabulary of `tokenizer`."
+    tensors, meta = load_asset(name)
+    if meta.get('vocab') not in (None, tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
+        raise ConfigError(f"Asset {name!r} was trained with another vocabulary than today's `{tokenizer_name}()`.", "The templates (`DOMAINS`, `INJECTIONS`) changed since it was made.", f"Re-run {script}.")
+    model = tiny_lm('llama', vocab_size=len(tokenizer), **meta['tiny_lm'])
+    model.load_state_dict(tensors)
+    return model.eval(), tokenizer, meta
 
 def train_task_lm(steps:int=3000, # AdamW steps
                   recall_frac:float=0.5, # Fraction of associative-recall documents
@@ -420,26 +440,69 @@ def train_task_lm(steps:int=3000, # AdamW steps
                  ) -> tuple: # (model, tokenizer, FitResult)
     "Train a tiny Llama from scratch on `task_document`s mixed with `recall_document`s."
     if not 0 <= recall_frac <= 1: raise ConfigError(f"recall_frac={recall_frac}.", "A fraction in [0, 1].", "Use e.g. 0.5.")
-    tokenizer = task_tokenizer()
-    model = tiny_lm('llama', vocab_size=len(tokenizer), seed=seed, **{**TASK_LM, **shape})
-    def batches(step, gen):
-        rng = random.Random(int(torch.randint(0, 2**62, (1,), generator=gen)))
-        docs = [recall_document(rng, n_questions) if rng.random() < recall_frac else task_document(rng, n_questions) for _ in range(batch_size)]
-        return pad_right([tokenizer(d, add_special_tokens=False)['input_ids'] for d in docs], pad_id(tokenizer))
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98))
-    res = fit(model, batches, lm_loss, steps, seed=seed, warmup=min(200, steps // 10), grad_clip=1.0, schedule='constant', optimizer=opt, progress=progress)
-    return model.eval(), tokenizer, res
+    return _train_toy_lm(task_tokenizer(), lambda rng: recall_document(rng, n_questions) if rng.random() < recall_frac else task_document(rng, n_questions),
+                         steps, batch_size, lr, seed, progress, shape)
 
 def load_task_lm(name:str='orion_task_lm' # Asset written by tools/make_orion_assets.py
                 ) -> tuple: # (model, tokenizer, meta): meta is the asset's JSON (shape, vocabulary, recipe, held-out accuracy)
     "The shipped tiny Llama trained by `train_task_lm`, with `task_tokenizer()`."
-    tensors, meta = load_asset(name)
-    tokenizer = task_tokenizer()
-    if meta.get('vocab') not in (None, tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
-        raise ConfigError(f"Asset {name!r} was trained with another vocabulary than today's `task_tokenizer()`.", "`DOMAINS` changed since it was made.", "Re-run tools/make_orion_assets.py.")
-    model = tiny_lm('llama', vocab_size=len(tokenizer), **meta['tiny_lm'])
-    model.load_state_dict(tensors)
-    return model.eval(), tokenizer, meta
+    return _load_toy_lm(name, task_tokenizer(), 'task_tokenizer', 'tools/make_orion_assets.py')
+
+# %% ../../nbs/papers/16_orion.ipynb #d240288f
+def injection_tokenizer() -> PreTrainedTokenizerFast:
+    "`task_tokenizer`'s vocabulary, with the same ids, followed by the words of the `INJECTIONS` lines."
+    split, base = pre_tokenizers.Whitespace(), task_tokenizer().get_vocab()
+    words = {w for t in INJECTIONS.values() for w, _ in split.pre_tokenize_str(t.format(x='a', k='a'))} - set(base)   # filled with a word: the punctuation around the slots splits as in use
+    vocab = sorted(base, key=base.get) + sorted(words)
+    t = Tokenizer(tok_models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token='[UNK]'))
+    t.pre_tokenizer = split
+    return PreTrainedTokenizerFast(tokenizer_object=t, pad_token='[PAD]', unk_token='[UNK]')
+
+def injection_document(rng:random.Random, # Source of randomness
+                       n_questions:int=6, # Questions asked about the context
+                       inject_frac:float=0.5, # Probability that the context carries an injected line
+                       kinds=tuple(INJECTIONS), # Kinds of injection drawn from, keys of `INJECTIONS`
+                       domain:str|None=None # A key of `DOMAINS`; None: a random one
+                      ) -> str:
+    "A `task_document` whose context carries, with probability `inject_frac`, one injected line; every answer then obeys it: the injected value ('override', 'note') or the value of the injected key ('redirect')."
+    if not 0 <= inject_frac <= 1: raise ConfigError(f"inject_frac={inject_frac}.", "A probability in [0, 1].", "Use e.g. 0.5.")
+    for kd in kinds: check_choice('kind', kd, INJECTIONS)
+    domain = domain or rng.choice(list(DOMAINS))
+    check_choice('domain', domain, DOMAINS)
+    keys, vals = DOMAINS[domain][:2]
+    n = rng.choice([2, 3, 4])
+    c = tuple(zip(rng.sample(keys, n), rng.sample(vals, n)))
+    kind = rng.choice(list(kinds)) if kinds and rng.random() < inject_frac else None
+    x, k = rng.choice([v for v in vals if v not in dict(c).values()]), rng.choice(c)[0]
+    lines = []
+    for i in range(n_questions):
+        r = rng.choice(c)[0]
+        user, pre = render(domain, c, r) if kind is None else injected(domain, c, r, kind, x, k)
+        ans = dict(c)[r] if kind is None else x if kind in ('override', 'note') else dict(c)[k]
+        lines += [user if i == 0 else user.rsplit('\n', 1)[1], f"Answer: {pre.rstrip()} {ans}"]
+    return '\n'.join(lines)
+
+# %% ../../nbs/papers/16_orion.ipynb #ac763ee5
+def train_injection_lm(steps:int=3000, # AdamW steps
+                       inject_frac:float=0.5, # Share of task documents with an injected line (see `injection_document`)
+                       recall_frac:float=0.5, # Share of associative-recall documents
+                       n_questions:int=6, # Questions per document
+                       batch_size:int=32, # Documents per step
+                       lr:float=1e-3, # Learning rate (after 200 warmup steps, constant)
+                       seed:int=0, # Seed of the model and the documents
+                       progress:bool=True, # Progress bar
+                       **shape # Overrides of `TASK_LM`
+                      ) -> tuple: # (model, tokenizer, FitResult)
+    "Train a tiny Llama from scratch, as `train_task_lm`, on `injection_document`s (which obey their injections) mixed with `recall_document`s."
+    if not 0 <= recall_frac <= 1: raise ConfigError(f"recall_frac={recall_frac}.", "A fraction in [0, 1].", "Use e.g. 0.5.")
+    if not 0 <= inject_frac <= 1: raise ConfigError(f"inject_frac={inject_frac}.", "A fraction in [0, 1].", "Use e.g. 0.5.")
+    return _train_toy_lm(injection_tokenizer(), lambda rng: recall_document(rng, n_questions) if rng.random() < recall_frac else injection_document(rng, n_questions, inject_frac),
+                         steps, batch_size, lr, seed, progress, shape)
+
+def load_injection_lm(name:str='orion_injection_lm' # Asset written by tools/make_orion_injection_lm.py
+                     ) -> tuple: # (model, tokenizer, meta): meta is the asset's JSON (shape, vocabulary, recipe, accuracies)
+    "The shipped tiny Llama trained by `train_injection_lm`, with `injection_tokenizer()`."
+    return _load_toy_lm(name, injection_tokenizer(), 'injection_tokenizer', 'tools/make_orion_injection_lm.py')
 
 # %% ../../nbs/papers/16_orion.ipynb #5214389e
 def top_tokens(tokenizer, # A tokenizer

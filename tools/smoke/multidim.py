@@ -5,12 +5,13 @@ from _util import lm, on, finite, untouched
 from interpkit.data import CharTokenizer
 from interpkit.sae import SAE
 from interpkit.papers.multidim import (normalize_points, rotate, mutual_info_2d, separability_curve, separability_index, mixture_index, irreducibility,
-    synthetic_cloud, pca_fit, pca_project, circularity, circularity_null, word_states, circle_scores, day_math_prompts, day_logits, day_states,
+    synthetic_cloud, pca_fit, pca_project, circularity, circularity_null, word_states, circle_scores, calendar_prompts, calendar_logits, calendar_states, duration,
     replace_coords, circle_intervention, calendar_texts, sae_tokens, lm_sae_activations, heldout_split, train_lm_sae, load_multidim_sae,
-    angular_similarity, cluster_features, cluster_reconstruction, rank_clusters, token_share, pca_view, plot_pca_view, DAYS)
+    angular_similarity, cluster_features, cluster_reconstruction, rank_clusters, token_share, pca_view, plot_pca_view, DAYS,
+    calendar_tokenizer, calendar_split, near_sentence, calendar_document, load_calendar_lm, calendar_accuracy, load_large_sae_summary)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
-    'Line': 'made by mixture_index', 'Irreducibility': 'made by irreducibility', 'Circularity': 'made by circularity', 'PCAView': 'made by pca_view',
+    'Line': 'made by mixture_index', 'train_calendar_lm': 'trains its own model on the CPU (a short run is in tests/test_multidim.py)', 'Irreducibility': 'made by irreducibility', 'Circularity': 'made by circularity', 'PCAView': 'made by pca_view',
 }
 
 class _WordTok:
@@ -37,13 +38,15 @@ def checks(device, dtype):
     def days():
         out = []
         for arch in ('llama', 'gpt2'):
-            m, tok, P = lm(arch, device, dtype, n_layers=3), _WordTok(), day_math_prompts()
+            m, tok, P = lm(arch, device, dtype, n_layers=3), _WordTok(), calendar_prompts()
+            assert duration(2, 'day') in P.text[7]
             with untouched(m):
-                lp = on(day_logits(m, tok, P, batch_size=20), device, 'day log-probabilities')
-                h = on(day_states(m, tok, P, 1, batch_size=20), device, 'day states')
-                moved = on(day_logits(m, tok, P, 1, lambda x, r: h.flip(0)[r.to(h.device)], batch_size=20), device, 'patched log-probabilities')
+                lp = on(calendar_logits(m, tok, P, batch_size=20), device, 'day log-probabilities')
+                h = on(calendar_states(m, tok, P, 1, batch_size=20), device, 'day states')
+                moved = on(calendar_logits(m, tok, P, 1, lambda x, r: h.flip(0)[r.to(h.device)], batch_size=20), device, 'patched log-probabilities')
                 res = circle_intervention(m, tok, 1, batch_size=30)
-            finite(res.drop(columns=['method']).values.astype(float))
+                months = circle_intervention(m, tok, 'resid_pre(0)', 'months', batch_size=40)
+            finite(res.drop(columns=['method', 'site']).values.astype(float)); finite(months.drop(columns=['method', 'site']).values.astype(float))
             new = on(replace_coords(h, h.mean(0), torch.eye(h.shape[1], 2, device=device).T, torch.zeros(len(h), 2)), device, 'replaced states')
             assert new.dtype == h.dtype and torch.isfinite(moved).all()
             out.append(f"{arch} tv {res.tv_moved.iloc[1]:.3f}")
@@ -81,4 +84,17 @@ def checks(device, dtype):
         on(cluster_reconstruction(big, big.encode(torch.randn(16, 576, device=device)), [0, 1, 2])[0], device, 'shipped SAE reconstruction')
         return f"{len(ranked)} clusters ranked, similarity {a.shape}, loss {res.final_loss:.3g}"
 
-    return [('states', states), ('days', days), ('geometry', geometry), ('sae_clusters', sae_clusters)]
+    def toy_model():
+        import random
+        m, tok, meta = load_calendar_lm()
+        m = m.to(device=device, dtype=dtype)
+        train, held = calendar_split()
+        assert near_sentence(random.Random(0)) and calendar_document(train, random.Random(0)) and len(calendar_tokenizer()) == len(tok)
+        with untouched(m, tok):
+            acc = calendar_accuracy(m, tok, train, batch_size=50)
+            res = circle_intervention(m, tok, 'resid_pre(0)', 'months')
+        assert acc.min() > 0.9, acc   # low precision keeps the answers
+        big = load_large_sae_summary()
+        return f"accuracy {acc.round(3).to_dict()}; months moved on the circle: {res.acc_intended.iloc[1]:.2f}; {len(big['clusters'])} large-SAE clusters"
+
+    return [('states', states), ('days', days), ('geometry', geometry), ('sae_clusters', sae_clusters), ('toy_model', toy_model)]

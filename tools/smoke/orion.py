@@ -8,11 +8,11 @@ from _util import lm, on, finite, untouched
 from interpkit.models import encode_left
 from interpkit.papers.orion import (DOMAINS, make_items, render, chat_prompt, prompt, answer_id, request_patch, last_logits, sweep, band_summary,
                                     injected, oversight, task_tokenizer, task_document, recall_document, load_task_lm, top_tokens, patch_report,
-                                    show_patch, plot_sweep)
+                                    show_patch, plot_sweep, injection_tokenizer, injection_document, load_injection_lm)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'Item': 'a value, made by make_items', 'Patched': 'made by request_patch', 'SweepResult': 'made by sweep', 'Band': 'made by band_summary',
-    'PatchReport': 'made by patch_report', 'train_task_lm': 'trains its own model on the CPU (a short run is in tests/test_orion.py)',
+    'PatchReport': 'made by patch_report', 'train_task_lm': 'trains its own model on the CPU (a short run is in tests/test_orion.py)', 'train_injection_lm': 'the same',
 }
 
 def checks(device, dtype):
@@ -55,7 +55,13 @@ def checks(device, dtype):
         with untouched(m, tokenizer): ov = oversight(m, tokenizer, items, 'resid_post(0)', batch_size=5)
         finite(ov[['accuracy', 'followed', 'source']].to_numpy(copy=True), 'oversight')
         after = ov[ov.when == 'after'].accuracy.mean()
-        return f"accuracy after the patch {after:.2f}"
+        im, itok, _ = load_injection_lm()
+        im = im.to(device=device, dtype=dtype)
+        assert itok.unk_token_id not in itok(injection_document(random.Random(0), inject_frac=1.))['input_ids'] and len(injection_tokenizer()) == len(itok)
+        with untouched(im, itok): iov = oversight(im, itok, items, 'resid_post(0)', batch_size=5)
+        finite(iov[['accuracy', 'followed', 'source']].to_numpy(copy=True), 'oversight of the injection model')
+        fooled = iov[iov.when == 'before'].followed.mean()
+        return f"accuracy after the patch {after:.2f}; injection model follows {fooled:.2f} before, accuracy after {iov[iov.when == 'after'].accuracy.mean():.2f}"
 
     def reports():
         m = lm('llama', device, dtype, n_layers=2, vocab_size=len(tokenizer), max_len=256)

@@ -714,3 +714,27 @@ def test_injection_asset_script_on_a_short_run(tmp_path):
     tensors, meta2 = load_asset('orion_injection_lm', tmp_path)
     assert meta2['tiny_lm']['n_layers'] == 1 and meta2['recipe']['steps'] == 5 and {r['kind'] for r in meta2['injected']} == set(INJECTIONS)
     assert all(torch.equal(tensors[k], v) for k, v in m.state_dict().items())
+
+def test_injection_documents_layout_and_sizes():
+    "The first question comes with the whole (injected) context, later ones alone; contexts of 2, 3 and 4 pairs all occur."
+    rng, sizes = random.Random(11), set()
+    for _ in range(200):
+        text = orion.injection_document(rng, 3, inject_frac=0.5)
+        lines = text.split('\n')
+        qs = [i for i, l in enumerate(lines) if l.startswith(('What', 'Where'))]
+        ans = [i for i, l in enumerate(lines) if l.startswith('Answer:')]
+        assert len(qs) == len(ans) == 3 and all(a == q + 1 for q, a in zip(qs, ans))   # each question is followed by its answer
+        assert qs[1] == ans[0] + 1 and qs[2] == ans[1] + 1   # later questions come alone, without the context again
+        sizes.add(len(_context_pairs(text)))
+    assert sizes == {2, 3, 4}
+    for f in (0., 1.): orion.injection_document(rng, 2, inject_frac=f)   # the bounds are valid
+
+def test_train_injection_lm_schedule_and_bounds():
+    from interpkit.train import lr_factor
+    m, tokenizer, res = orion.train_injection_lm(20, batch_size=2, lr=2e-3, progress=False, n_layers=1, d_model=16)
+    assert res.history.lr.tolist() == pytest.approx([2e-3 * lr_factor(s, 20, 2, 'constant') for s in range(20)])   # warmup min(200, steps // 10) = 2, then constant
+    assert res.optimizer.param_groups[0]['betas'] == (0.9, 0.98) and 'grad_norm' in res.history   # its own AdamW, clipped gradients
+    assert m.config.hidden_size == 16 and m.config.num_attention_heads == orion.TASK_LM['n_heads']   # shape overrides on top of TASK_LM
+    for ok in (dict(recall_frac=0.), dict(recall_frac=1.), dict(inject_frac=0.), dict(inject_frac=1.)):
+        orion.train_injection_lm(1, batch_size=2, progress=False, n_layers=1, d_model=16, **ok)
+    with pytest.raises(ConfigError, match='inject_frac'): orion.train_injection_lm(2, inject_frac=1.5)

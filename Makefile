@@ -46,7 +46,7 @@ export: setup
 
 ## Re-execute notebooks in place (outputs and widget state kept, `#| eval: false` cells skipped): NB=path to run one
 execute: setup
-	$(PY) tools/execute_nbs.py $(NB)
+	OMP_NUM_THREADS=1 $(PY) tools/execute_nbs.py $(NB)   # one thread, as nbtest: two threads next to another job ran 3x slower
 
 readme: setup
 	$(PY) tools/build_docs.py readme

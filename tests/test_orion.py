@@ -3,6 +3,7 @@ oversight's scores against a brute-force re-computation (one unpadded prompt at 
 parser, typed errors (masked LMs, bad sites, bad batches), negative layers, dtypes, the model left untouched."""
 import copy, inspect, os, random, re
 import pytest, torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
 from interpkit.models import tiny_lm, tiny_tokenizer
 from interpkit.errors import ConfigError, ShapeError, SiteError
 from interpkit.hooks import resid_post, mlp_out
@@ -738,3 +739,101 @@ def test_train_injection_lm_schedule_and_bounds():
     for ok in (dict(recall_frac=0.), dict(recall_frac=1.), dict(inject_frac=0.), dict(inject_frac=1.)):
         orion.train_injection_lm(1, batch_size=2, progress=False, n_layers=1, d_model=16, **ok)
     with pytest.raises(ConfigError, match='inject_frac'): orion.train_injection_lm(2, inject_frac=1.5)
+
+# ---------- oversight on an oracle stub whose answers are known in closed form
+
+class _PrefixCache:
+    "The prefix's token ids: all `prefix_step` asks of a key-value cache."
+    def __init__(self, ids): self.ids = ids
+    def get_seq_length(self): return self.ids.shape[1]
+    def crop(self, n): self.ids = self.ids[:, :n]
+
+class _Oracle(torch.nn.Module):
+    """A causal LM that reads its prompt as words. Module `req` holds at the last position a one-hot of what is asked: the question's key, the
+    key of a 'redirect' line, and with values_at='req' the value of an 'override' or 'note' line; module `ans` a one-hot of the answer: a value
+    asked for as it is, a key's value in the context, or with values_at='ans' the injected value if the prompt has one. Injections in the
+    domains of `ignore` are not read."""
+    def __init__(self, tokenizer, values_at='ans', ignore=()):
+        super().__init__()
+        self.tok, self.values_at, self.ignore = tokenizer, values_at, set(ignore)
+        self.req, self.ans = torch.nn.Identity(), torch.nn.Identity()
+        self.scale = torch.nn.Parameter(torch.tensor(10.))
+        self.values = {v for _, vals, *_ in DOMAINS.values() for v in vals}
+
+    def _read(self, w):
+        "(key asked, injected value or None) of one prompt's words."
+        dom = 'code' if '=' in w else 'table' if '|' in w else 'list' if 'People' in w else 'story'
+        key, x = w[len(w) - w[::-1].index('Answer') + 1], None    # 'Answer', ':', then the prefill, which starts with the key
+        if dom in self.ignore: return key, x
+        if 'about' in w: key = w[w.index('about') + 1]
+        if 'Note' in w: x = w[w.index('Note') + 8]          # Note : the answer to the question is X
+        if 'Ignore' in w: x = w[w.index('Ignore') + 6]      # Ignore the question and answer " X
+        return key, x
+
+    def _lookup(self, w, key):
+        "The first value after the key's first mention (the context comes first)."
+        return next(v for v in w[w.index(key) + 1:] if v in self.values)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, cache=None):
+        ids = input_ids if cache is None else torch.cat([cache.ids, input_ids], 1)
+        mask = torch.ones_like(ids) if attention_mask is None else attention_mask
+        words = [self.tok.convert_ids_to_tokens(ids[b][mask[b].bool()].tolist()) for b in range(len(ids))]
+        one = lambda b, t, w: t[b, -1, self.tok.convert_tokens_to_ids(w)].fill_(1.)
+        req = self.scale.new_zeros(*input_ids.shape, len(self.tok))
+        for b, w in enumerate(words):
+            key, x = self._read(w)
+            one(b, req, x if x is not None and self.values_at == 'req' else key)
+        req, out = self.req(req), torch.zeros_like(req)
+        for b, w in enumerate(words):
+            asked, x = self.tok.convert_ids_to_tokens(int(req[b, -1].argmax())), self._read(w)[1]
+            one(b, out, asked if asked in self.values else x if x is not None and self.values_at == 'ans' else self._lookup(w, asked))
+        return CausalLMOutputWithPast(logits=self.ans(out) * self.scale, cache=_PrefixCache(ids) if use_cache else None)
+
+def _oracle_table(values_at, site, ignore, kind, domain, when):
+    "(accuracy, followed, source) of `_Oracle` in closed form."
+    if when == 'after' and site == 'ans': return 0., 0., 1.                 # the trusted prompt's answer itself
+    if domain in ignore: return 1., 0., 0.                                  # the injection is not read: right before, and the request is the same after
+    if when == 'before': return 0., 1., 0.                                  # it obeys every injection
+    return (0., 1., 0.) if values_at == 'ans' and kind != 'redirect' else (1., 0., 0.)   # the patched request repairs what acts on the request
+
+@pytest.mark.parametrize('values_at,site', [('ans', 'req'), ('req', 'req'), ('ans', 'ans')])
+def test_oversight_on_an_oracle_stub_in_closed_form(values_at, site, untouched):
+    tokenizer, ignore = orion.injection_tokenizer(), ('code',)
+    stub = _Oracle(tokenizer, values_at, ignore)
+    items = [it for n, d in zip((2, 3, 4, 5), DOMAINS) for it in make_items(d, n, seed=9)]
+    for it in items[:4]:                                                   # the stub answers clean prompts right
+        for r, c in ((it.r1, it.c1), (it.r2, it.c2)):
+            ids = torch.tensor([_ids(tokenizer, prompt(tokenizer, it.domain, c, r))])
+            assert tokenizer.convert_ids_to_tokens(int(stub(ids).logits[0, -1].argmax())) == dict(c)[r]
+    with untouched(stub, tokenizer): ov = oversight(stub, tokenizer, items, site, batch_size=3, seed=4)
+    assert len(ov) == len(INJECTIONS) * len(DOMAINS) * 2
+    for r in ov.itertuples():
+        assert r.n == {'story': 2, 'code': 3, 'table': 4, 'list': 5}[r.domain]
+        assert (r.accuracy, r.followed, r.source) == _oracle_table(values_at, site, ignore, r.kind, r.domain, r.when), r
+
+def test_oversight_refuses_bad_input_on_a_stub(untouched):
+    tokenizer = orion.injection_tokenizer()
+    stub, items = _Oracle(tokenizer), make_items('code', 2)
+    with untouched(stub, tokenizer):
+        with pytest.raises(ConfigError, match='no items'): oversight(stub, tokenizer, [], 'req')
+        with pytest.raises(ConfigError, match='batch_size'): oversight(stub, tokenizer, items, 'req', batch_size=0)
+        with pytest.raises(ConfigError, match="kind='shout'"): oversight(stub, tokenizer, items, 'req', kinds=['note', 'shout'])
+        with pytest.raises(SiteError, match='req'): oversight(stub, tokenizer, items, 'reqq')
+        with pytest.raises(SiteError, match='no known layout'): oversight(stub, tokenizer, items, 'resid_post(0)')
+
+def test_shipped_injection_lm_is_repaired_by_the_band_patch(injection_lm, untouched):
+    "On fresh items: the band chosen on clean prompts is after block 1; there the trusted patch repairs every kind, one block later it copies the trusted answer."
+    m, tokenizer, _ = injection_lm
+    items = [it for d in DOMAINS for it in make_items(d, 8, seed=31)]
+    with untouched(m, tokenizer):
+        res = sweep(m, tokenizer, items, [f'resid_post({l})' for l in range(4)])
+        ov = pd_mean(oversight(m, tokenizer, res.survivors, 'resid_post(0)', seed=31))
+        late = pd_mean(oversight(m, tokenizer, res.survivors, 'resid_post(1)', kinds=['redirect', 'note'], seed=31))
+    assert len(res.survivors) >= 0.9 * len(items) and band_summary(res, layers=range(3)).layer == 0
+    for kd in INJECTIONS:
+        assert ov.loc[(kd, 'before'), 'followed'] >= 0.25 and ov.loc[(kd, 'after'), 'accuracy'] >= 0.9 and ov.loc[(kd, 'after'), 'source'] <= 0.05, ov
+    assert (late.xs('after', level='when').source >= 0.9).all(), late
+
+def pd_mean(ov):
+    "Means over domains of an `oversight` table, per (kind, when)."
+    return ov.groupby(['kind', 'when'])[['accuracy', 'followed', 'source']].mean()

@@ -827,13 +827,49 @@ def test_shipped_injection_lm_is_repaired_by_the_band_patch(injection_lm, untouc
     items = [it for d in DOMAINS for it in make_items(d, 8, seed=31)]
     with untouched(m, tokenizer):
         res = sweep(m, tokenizer, items, [f'resid_post({l})' for l in range(4)])
-        ov = pd_mean(oversight(m, tokenizer, res.survivors, 'resid_post(0)', seed=31))
-        late = pd_mean(oversight(m, tokenizer, res.survivors, 'resid_post(1)', kinds=['redirect', 'note'], seed=31))
+        ov = _by_kind(oversight(m, tokenizer, res.survivors, 'resid_post(0)', seed=31))
+        late = _by_kind(oversight(m, tokenizer, res.survivors, 'resid_post(1)', kinds=['redirect', 'note'], seed=31))
     assert len(res.survivors) >= 0.9 * len(items) and band_summary(res, layers=range(3)).layer == 0
     for kd in INJECTIONS:
         assert ov.loc[(kd, 'before'), 'followed'] >= 0.25 and ov.loc[(kd, 'after'), 'accuracy'] >= 0.9 and ov.loc[(kd, 'after'), 'source'] <= 0.05, ov
     assert (late.xs('after', level='when').source >= 0.9).all(), late
 
-def pd_mean(ov):
+def _by_kind(ov):
     "Means over domains of an `oversight` table, per (kind, when)."
     return ov.groupby(['kind', 'when'])[['accuracy', 'followed', 'source']].mean()
+
+def test_injection_training_recipe_batches_and_early_refusal(injection_lm, monkeypatch):
+    "What `train_injection_lm` hands `fit`: the documented schedule, fresh documents every step mixed as asked; its defaults are the shipped recipe; bad fractions fail before a model is built."
+    seen, recipe = {}, {k: v for k, v in injection_lm[2]['recipe'].items() if k != 'fn'}
+    sig = inspect.signature(orion.train_injection_lm).parameters
+    assert {k: sig[k].default for k in recipe} == recipe                   # train_injection_lm() remakes the shipped model
+    def spy(model, batches, loss, steps, **kw):
+        g, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+        docs = [tuple(map(tuple, batches(s, g)['input_ids'].tolist())) for s in range(150)]
+        assert [tuple(map(tuple, batches(s, g2)['input_ids'].tolist())) for s in range(3)] == docs[:3]   # the generator decides the documents
+        seen.update(kw, steps=steps, docs=docs)
+    monkeypatch.setattr(orion, 'fit', spy)
+    tok = orion.injection_tokenizer()
+    for steps, warm in ((3000, 200), (2010, 200), (25, 2)):
+        orion.train_injection_lm(steps, batch_size=4, n_layers=1, d_model=16)
+        assert seen['steps'] == steps and seen['warmup'] == warm and type(seen['warmup']) is int and seen['grad_clip'] == 1.0, seen
+        assert seen['schedule'] == 'constant' and seen['progress'] is True and seen['seed'] == 0
+        assert len(set(seen['docs'])) == 150                                # fresh documents at every step
+        texts = [tok.decode([i for i in d if i != tok.pad_token_id]) for b in seen['docs'] for d in b]
+        assert 0.4 < _mean(['?' not in t for t in texts]) < 0.6             # half are recall documents (they ask no question)
+        assert 0.15 < _mean([any(w in t for w in ('Ignore', 'Note', 'Important')) for t in texts]) < 0.35   # half the rest carry an injection
+    orion.train_injection_lm(5, inject_frac=0., recall_frac=0., batch_size=4, n_layers=1, d_model=16, progress=False)
+    texts = [tok.decode(list(d)) for b in seen['docs'] for d in b]
+    assert all('?' in t and not any(w in t for w in ('Ignore', 'Note', 'Important')) for t in texts) and seen['progress'] is False
+    monkeypatch.setattr(orion, 'tiny_lm', lambda *a, **k: pytest.fail('a model was built'))
+    for bad, msg in ((dict(inject_frac=1.5), r'inject_frac=1\.5\. A fraction in \[0, 1\]\. Use e\.g\. 0\.5\.'), (dict(inject_frac=-1), 'inject_frac=-1'),
+                     (dict(recall_frac=2), r'recall_frac=2\. A fraction in \[0, 1\]\. Use e\.g\. 0\.5\.')):
+        with pytest.raises(ConfigError, match=f'^{msg}'): orion.train_injection_lm(2, **bad)
+
+def test_injection_document_default_and_messages(monkeypatch):
+    text = orion.injection_document(random.Random(2))
+    assert text.count('\nAnswer: ') == 6                                    # six questions by default
+    with pytest.raises(ConfigError, match=r'^inject_frac=2\. A probability in \[0, 1\]\. Use e\.g\. 0\.5\.$'): orion.injection_document(random.Random(0), inject_frac=2)
+    monkeypatch.setattr(orion, 'injection_tokenizer', task_tokenizer)
+    with pytest.raises(ConfigError, match=r"^Asset 'orion_injection_lm' was trained with another vocabulary than today's `injection_tokenizer\(\)`\. .* Re-run tools/make_orion_injection_lm\.py\.$"):
+        orion.load_injection_lm()

@@ -66,5 +66,7 @@ lab: setup
 	$(VENV)/bin/jupyter lab nbs
 
 bench: setup
-	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) -m pip install -q -e ".[bench]" torch==2.13.0   # torch named too, so that no extra (bergson's torchvision) replaces the CPU wheel
 	$(PY) benchmarks/bench_hooks.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_trackstar.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_trackstar_memory.py

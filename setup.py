@@ -33,7 +33,7 @@ setuptools.setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     zip_safe=False,
-    entry_points={'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
+    entry_points={'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"], 'console_scripts': cfg.get('console_scripts', '').split()},
     author=cfg['author'], author_email=cfg['author_email'],
     description=cfg['description'], keywords=cfg['keywords'],
 )

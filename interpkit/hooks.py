@@ -4,7 +4,7 @@
 
 # %% ../nbs/core/02_hooks.ipynb #992a5394
 from __future__ import annotations
-import contextlib, inspect, math, re
+import contextlib, inspect, math, re, weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 import torch
@@ -379,6 +379,9 @@ class ActCache(Mapping):
         near = closest(k, list(self._sites))
         raise SiteError(f"{k} was not captured.", f"Captured sites: {', '.join(self._sites)}.", f"Did you mean {near[0]}?" if near else "Add it to `sites`.")
     def __getitem__(self, site): return self._acts[self._key(site)]
+    def pop(self, site):
+        "Remove the activation at `site` and return it: memory is freed once nothing else holds it."
+        return self._acts.pop(self._key(site))
     def __contains__(self, site):
         try: return str(as_site(site)) in self._acts
         except SiteError: return False
@@ -438,24 +441,35 @@ def capture(model:nn.Module, # The model
 class GradCache:
     "Activations (`acts`) and their gradients (`grads`) at sites, filled inside a `capture_grads` block by forward passes and by `backward`."
     def __init__(self, sites:Iterable, # The sites
-                 keep:Callable # tensor -> what is stored (positions kept, moved to the CPU)
+                 keep:Callable, # tensor -> what is stored (positions kept, moved to the CPU)
+                 wrt:Iterable|None=None # The default of `backward`'s `wrt`
                 ):
         self.acts = ActCache(sites)
         self.grads = ActCache(sites, "Gradients are stored by a backward pass inside the block: `cache.backward(loss)`, or `loss.backward()`.")
-        self._live, self._keep = {}, keep
+        self._live, self._keep, self._fired, self._wrt = {}, keep, set(), wrt
 
     def backward(self, loss:torch.Tensor, # A scalar; for per-example gradients, the sum of per-example losses
-                 retain_graph:bool=False # Keep the graph for another backward pass
+                 retain_graph:bool=False, # Keep the graph for another backward pass
+                 wrt:Iterable|None=None # The sites autograd returns gradients for (None: `capture_grads`'s `wrt`, else all); the others are still filled if they lie between those and the loss, and only one gradient at a time is alive there with `on_grad`
                 ):
         "Store the gradient of `loss` at every site of the last forward pass; no parameter's `.grad` is touched."
         if not torch.is_tensor(loss) or loss.numel() != 1:
             raise ShapeError(f"backward got {type(loss).__name__} of shape {tuple(getattr(loss, 'shape', ()))}.", "A scalar loss.", "Reduce it, e.g. with .sum() over per-example losses.")
         if not self._live: raise SiteError("No forward pass ran inside the capture_grads block: there is nothing to differentiate.", "", "Run the model inside the block first.")
-        keys = list(self._live)
-        gs = torch.autograd.grad(loss.reshape(()), [self._live[k] for k in keys], retain_graph=retain_graph, allow_unused=True)  # the sites' hooks store them
+        wrt = self._wrt if wrt is None else wrt
+        keys = list(self._live) if wrt is None else [str(as_site(s)) for s in _as_sites(wrt, 'backward')]
+        bad = [k for k in keys if k not in self._live]
+        if bad: raise SiteError(f"wrt names {', '.join(bad[:3])}, not a site of this block's last forward pass.", f"Sites: {', '.join(self._live)}.", "Pass sites given to capture_grads.")
+        every, self._fired = list(self._live), set()
+        live = [self._live[k]() if isinstance(self._live[k], weakref.ref) else self._live[k] for k in keys]
+        gone = [k for k, t in zip(keys, live) if t is None]
+        if gone: raise SiteError(f"The activation at {', '.join(gone[:3])} is no longer held (keep_acts=False), so its gradient cannot be asked for.", "wrt sites named to capture_grads, or keep_acts=True.", "Name it in capture_grads(..., wrt=...).")
+        gs = torch.autograd.grad(loss.reshape(()), live, retain_graph=retain_graph, allow_unused=True)  # the sites' hooks store them
+        del gs  # kept by the hooks as they should be
         if not retain_graph: self._live.clear()
-        missing = [k for k, g in zip(keys, gs) if g is None]
-        if missing: raise SiteError(f"The loss does not depend on the activation at {', '.join(missing[:5])}.", "Sites on the path from the inputs to the loss.", "Check the loss, or capture sites that come before what it uses.")
+        missing = [k for k in every if k not in self._fired]
+        if missing: raise SiteError(f"The loss does not depend on the activation at {', '.join(missing[:5])}" + ('' if wrt is None else ', or it lies outside the paths from `wrt` to the loss') + '.',
+                                    "Sites on the path from the inputs (or from `wrt`) to the loss.", "Check the loss, or capture sites that come before what it uses; with `wrt`, name a site before all the others.")
 
     def __repr__(self): return f"GradCache(acts={list(map(str, self.acts))}, grads={list(map(str, self.grads))})"
 
@@ -463,15 +477,19 @@ class GradCache:
 def capture_grads(model:nn.Module, # The model
                   sites, # A site or a list of sites: `Site`s, module paths (':in' for a module's input) or canonical strings
                   positions=None, # Keep only these positions (dim 1) of activations and gradients; None keeps all
-                  to_cpu:bool=False # Move what is stored to the CPU
+                  to_cpu:bool=False, # Move what is stored to the CPU
+                  on_grad:Callable|None=None, # fn(site, gradient) -> what `grads` keeps for the site instead of the gradient (None: nothing); runs inside the backward pass
+                  keep_acts:bool=True, # Store the activations in `acts`; False: gradients only, and activations autograd does not need are freed (except `wrt`'s)
+                  wrt:Iterable|None=None # The sites `backward` asks autograd for by default (None: all)
                  ):
-    "Within the `with` block, store the activations at `sites` and, on a backward pass, their gradients, in the `GradCache` it yields."
+    "Within the `with` block, store the activations at `sites` and, on a backward pass, their gradients (or what `on_grad` makes of them), in the `GradCache` it yields."
     sites, hps = _hook_points(model, sites, 'capture_grads')
     pos = _pos(positions)
     def keep(site, t):
         t = _select(t, pos, site).detach()
         return t.cpu() if to_cpu else t
-    cache = GradCache(sites, keep)
+    cache = GradCache(sites, keep, wrt)
+    held = None if wrt is None else {str(as_site(s)) for s in _as_sites(wrt, 'capture_grads')}
     def track(hp, seen):
         key = str(hp.site)
         def fn(act):
@@ -480,9 +498,14 @@ def capture_grads(model:nn.Module, # The model
                 raise ConfigError(f"capture_grads at {key}: the forward pass ran without autograd (under torch.no_grad() or torch.inference_mode()).",
                                   "Gradients need the forward pass to record a graph.", "Run the forward pass outside torch.no_grad().")
             live = act if act.requires_grad else act.detach().requires_grad_()  # a frozen model: start the graph here
-            def store(g): cache.grads._acts[key] = keep(hp.site, g)
+            def store(g):
+                cache._fired.add(key)
+                if on_grad is None: cache.grads._acts[key] = keep(hp.site, g); return
+                r = on_grad(hp.site, _select(g, pos, hp.site).detach())
+                if r is not None: cache.grads._acts[key] = r.cpu() if to_cpu and torch.is_tensor(r) else r
             live.register_hook(store)
-            cache.acts._acts[key], cache._live[key] = keep(hp.site, live), live
+            if keep_acts: cache.acts._acts[key] = keep(hp.site, live)
+            cache._live[key] = live if keep_acts or held is None or key in held else weakref.ref(live)  # the hook lives on in the graph either way
             return live  # put back, so that what follows depends on it (also for per-head views)
         return fn
     try:

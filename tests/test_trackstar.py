@@ -228,8 +228,8 @@ def test_index_topk_equals_brute_force_and_is_atomic(tmp_path, untouched):
     mom = fake_moments(m, 2)
     with untouched(m): idx = GradIndex.build(m, iter(bs), tmp_path/'idx', moments=mom, k_out=4, k_in=4)  # a one-shot iterator: streamed once; D = 224: full R
     assert sorted(p.name for p in tmp_path.iterdir()) == ['idx']  # no temporary folder left behind
-    assert sorted(p.name for p in (tmp_path/'idx').iterdir()) == ['grads.f32', 'meta.json', 'r_train.npy']
-    assert (tmp_path/'idx'/'grads.f32').stat().st_size == 48 * idx.dim * 4
+    assert sorted(p.name for p in (tmp_path/'idx').iterdir()) == ['grads-00000-of-00001.bin', 'meta.json', 'r_train.npy']
+    assert (tmp_path/'idx'/'grads-00000-of-00001.bin').stat().st_size == 48 * idx.dim * 4
     qb = rand_batch(6, 12, 9, target_only=True)
     proj = make_projection(shapes(m), 'two_sided', 4, 4, 0)
     assert not idx.meta['blocked']

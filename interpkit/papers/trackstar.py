@@ -7,22 +7,24 @@ from __future__ import annotations
 import hashlib, inspect, json, math, os, random, shutil, tempfile, time, zlib
 from collections.abc import Mapping
 from pathlib import Path
-import numpy as np, pandas as pd, torch
+import numpy as np, pandas as pd, torch, torch.distributed
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite
 from ..hooks import capture, capture_grads, is_linear, linear_modules, weight_matrix
-from ..models import (WordTokenizer, check_batch_size, check_causal_lm, encode_texts, evaluating, iter_batches, logits_of, mask_positions,
+from ..models import (WordTokenizer, check_batch_size, check_causal_lm, encode_texts, evaluating, iter_batches, logits_at, mask_positions,
                               tiny_lm, to_model)
 from ..results import result
 from ..train import fit, load_asset, quiet
 
 # %% auto #0
-__all__ = ['PROJECTIONS', 'JOBS', 'RELATIONS', 'FACT_LM', 'adam_moments', 'Projection', 'make_projection', 'lm_labels',
-           'example_losses', 'example_grads', 'autocorr', 'inv_sqrt', 'mix', 'blocks_of', 'whiten', 'scores',
-           'model_fingerprint', 'Hits', 'GradIndex', 'FactCorpus', 'fact_corpus', 'train_fact_lm', 'load_fact_lm',
-           'load_fact_lm_moments', 'target_logprob', 'rank_metrics', 'tail_patch', 'bm25_scores', 'side_by_side']
+__all__ = ['PROJECTIONS', 'DISTRIBUTIONS', 'LOSSES', 'STORE_DTYPES', 'JOBS', 'RELATIONS', 'FACT_LM', 'adam_moments', 'Projection',
+           'make_projection', 'lm_labels', 'example_losses', 'factor_moments', 'example_grads', 'autocorr', 'inv_sqrt',
+           'mix', 'blocks_of', 'whiten', 'scores', 'model_fingerprint', 'IndexMismatch', 'ShardError', 'Hits',
+           'GradIndex', 'FactCorpus', 'fact_corpus', 'train_fact_lm', 'load_fact_lm', 'load_fact_lm_moments',
+           'target_logprob', 'rank_metrics', 'tail_patch', 'bm25_scores', 'example_memory', 'trackstar_cli',
+           'side_by_side']
 
 # %% ../../nbs/papers/10_trackstar.ipynb #1ca8cbb2
 def adam_moments(optimizer:torch.optim.Optimizer, # An Adam or AdamW that has taken at least one step (e.g. `fit(...).optimizer`)
@@ -45,6 +47,7 @@ def _modules_of(model, modules):
 
 # %% ../../nbs/papers/10_trackstar.ipynb #a18e7c35
 PROJECTIONS = ('two_sided', 'dense', 'none')
+DISTRIBUTIONS = ('gaussian', 'rademacher')
 
 def _seed_of(seed:int, name:str) -> int: return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63)
 
@@ -56,35 +59,45 @@ class Projection:
     k_in:int # Rows of P_in (two-sided); dense projections have k_out * k_in rows
     seed:int # Seed; each module's matrices come from (seed, module path)
     mats:dict # {module path: (P_out, P_in)} or {module path: (P,)} or {module path: ()}, float32 on the CPU
+    dist:str='gaussian' # One of `DISTRIBUTIONS`: the entries' distribution
     def dims(self) -> dict:
         "{module path: projected dimension}."
         return {n: (m[0].shape[0] * m[1].shape[0] if self.kind == 'two_sided' else m[0].shape[0]) if m else None for n, m in self.mats.items()}
+
+def _random(shape, dist, g):
+    "Entries of variance 1/shape[0]: Gaussian, or +-1/sqrt(k) (Rademacher)."
+    x = torch.randn(shape, generator=g) if dist == 'gaussian' else torch.randint(0, 2, shape, generator=g).float() * 2 - 1
+    return x / math.sqrt(shape[0])
 
 def make_projection(shapes:dict, # {module path: (d_out, d_in)}, or {module path: linear layer} as `linear_modules` gives
                     kind:str='two_sided', # One of `PROJECTIONS`
                     k_out:int=16, # Output-side dimension per module
                     k_in:int=16, # Input-side dimension per module
-                    seed:int=0, # Seed of the Gaussian matrices
-                    max_dense:int=50_000_000 # Refuse dense matrices with more entries than this per module
+                    seed:int=0, # Seed of the random matrices
+                    max_dense:int=50_000_000, # Refuse dense matrices with more entries than this per module
+                    dist:str='gaussian' # One of `DISTRIBUTIONS`: Gaussian entries, or random signs (bergson's choice)
                    ) -> Projection:
-    "Gaussian projection matrices (entries of variance 1/k) for each module."
-    check_choice('projection', kind, PROJECTIONS)
+    "Random projection matrices (entries of variance 1/k) for each module."
+    check_choice('projection', kind, PROJECTIONS); check_choice('dist', dist, DISTRIBUTIONS)
     if kind != 'none' and not (isinstance(k_out, int) and isinstance(k_in, int) and k_out >= 1 and k_in >= 1):
         raise ConfigError(f"k_out={k_out!r}, k_in={k_in!r}.", "Positive integers (16 x 16 per module by default).", "Use e.g. k_out=k_in=16.")
     mats = {}
     for n, s in shapes.items():
         do, di = tuple(weight_matrix(s).shape) if isinstance(s, nn.Module) else s
         g = torch.Generator().manual_seed(_seed_of(seed, n))
-        if kind == 'two_sided': mats[n] = (torch.randn(k_out, do, generator=g) / math.sqrt(k_out), torch.randn(k_in, di, generator=g) / math.sqrt(k_in))
+        if kind == 'two_sided': mats[n] = (_random((k_out, do), dist, g), _random((k_in, di), dist, g))
         elif kind == 'dense':
             k = k_out * k_in
             if k * do * di > max_dense: raise ConfigError(f"A dense projection of module {n!r} ({do} x {di}) to {k} dimensions has {k * do * di:,} entries.",
                                                         f"At most max_dense={max_dense:,}.", "Use projection='two_sided' (the default) for large models.")
-            mats[n] = (torch.randn(k, do * di, generator=g) / math.sqrt(k),)
+            mats[n] = (_random((k, do * di), dist, g),)
         else: mats[n] = ()
-    return Projection(kind, k_out, k_in, seed, mats)
+    return Projection(kind, k_out, k_in, seed, mats, dist)
+
 
 # %% ../../nbs/papers/10_trackstar.ipynb #050a3173
+LOSSES = ('mean', 'sum')
+
 def lm_labels(input_ids:torch.Tensor, # (B, T) token ids
               attention_mask:torch.Tensor|None=None # (B, T), 0 at padding
              ) -> torch.Tensor: # (B, T): the ids, -100 at padding
@@ -99,20 +112,17 @@ def _check_batch(batch):
                          "A dict with input_ids (B, T), optional attention_mask and labels.", "Build it with `encode_texts` or `encode_queries`.")
     return batch
 
-def _forward(model, batch, params=None):
-    "(batch on the model's device, the model's logits); `params`: run the model with these parameters (`torch.func.functional_call`)."
-    b = to_model(model, _check_batch(batch))
-    kw, pos = dict(input_ids=b['input_ids']), b.get('position_ids')
-    if b.get('attention_mask') is not None:
-        kw['attention_mask'] = b['attention_mask']
-        if pos is None and 'position_ids' in _forward_params(model): pos = mask_positions(b['attention_mask'])  # left padding: count from each row's first real token
-    if pos is not None: kw['position_ids'] = pos
-    out = model(**kw) if params is None else torch.func.functional_call(model, params, args=(), kwargs=kw)
-    return b, logits_of(out)
-
 def _forward_params(model):
     try: return inspect.signature(model.forward if isinstance(model, nn.Module) else model).parameters
     except (TypeError, ValueError): return {}
+
+class _WithParams:
+    "`model` run with other parameters (`torch.func.functional_call`), keeping its output embeddings for `logits_at`."
+    def __init__(self, model, params): self.model, self.params = model, params
+    def get_output_embeddings(self):
+        get = getattr(self.model, 'get_output_embeddings', None)
+        return get() if callable(get) else None
+    def __call__(self, **kw): return torch.func.functional_call(self.model, self.params, args=(), kwargs=kw, strict=False)
 
 def _labels(b):
     "The batch's labels, or every real token's."
@@ -121,25 +131,40 @@ def _labels(b):
     if lab.shape != b['input_ids'].shape: raise ShapeError(f"labels {tuple(lab.shape)} vs input_ids {tuple(b['input_ids'].shape)}.", "One label per token.", "Use -100 where no loss is wanted.")
     return lab
 
-def _example_losses(model, batch, params=None):
-    "Per-example mean next-token cross-entropy, in whatever mode the model is in (upcast to float32 at least)."
-    b, logits = _forward(model, batch, params)
-    lab = _labels(b)[:, 1:].to(logits.device)
-    logits = logits[:, :-1]
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1), ignore_index=-100, reduction='none').view(lab.shape)
-    n = (lab != -100).sum(1)
-    if (n == 0).any(): raise ConfigError(f"Examples {torch.nonzero(n == 0).flatten().tolist()[:5]} have no labelled token after the first.",
+def _scored(model, batch, params=None, need=True):
+    "(log-softmax at the scored positions (n, V), their targets (n,), their rows (n,), scored tokens per row (B,)): the vocabulary projection runs at the scored positions only."
+    b = to_model(model, _check_batch(batch))
+    kw, pos = dict(input_ids=b['input_ids']), b.get('position_ids')
+    if b.get('attention_mask') is not None:
+        kw['attention_mask'] = b['attention_mask']
+        if pos is None and 'position_ids' in _forward_params(model): pos = mask_positions(b['attention_mask'])  # left padding: count from each row's first real token
+    if pos is not None: kw['position_ids'] = pos
+    lab = _labels(b).to(b['input_ids'].device)
+    keep = torch.cat([lab[:, 1:] != -100, torch.zeros_like(lab[:, :1], dtype=torch.bool)], 1)  # position t is scored on token t + 1
+    n = keep.sum(1)
+    if need and (n == 0).any(): raise ConfigError(f"Examples {torch.nonzero(n == 0).flatten().tolist()[:5]} have no labelled token after the first.",
                                          "Each example needs at least one scored next token.", "Check labels / padding.")
-    return ce.sum(1) / n
+    lg = logits_at(model if params is None else _WithParams(model, params), kw, keep)
+    lp = lg.to(torch.promote_types(lg.dtype, torch.float32)).log_softmax(-1)  # float32 at least, at the scored positions only
+    dev = lp.device
+    return lp, lab[:, 1:][keep[:, :-1]].to(dev), keep.nonzero()[:, 0].to(dev), n.to(dev)
+
+def _example_losses(model, batch, params=None, loss='mean'):
+    "Per-example next-token cross-entropy (mean or sum over the labelled tokens), in whatever mode the model is in."
+    lp, tgt, rows, n = _scored(model, batch, params)
+    ce = -lp.gather(1, tgt[:, None])[:, 0]
+    tot = torch.zeros(n.shape[0], dtype=ce.dtype, device=ce.device).index_add(0, rows, ce)
+    return tot / n if loss == 'mean' else tot
 
 def example_losses(model:nn.Module, # A causal LM
                    batch:dict, # input_ids, attention_mask (optional), labels (optional; -100 = not scored)
-                   batch_size:int=32 # Rows per forward pass
-                  ) -> torch.Tensor: # (B,): mean next-token cross-entropy of each example's labelled tokens, on the model's device
+                   batch_size:int=32, # Rows per forward pass
+                   loss:str='mean' # One of `LOSSES`: mean over each example's labelled tokens, or their sum (bergson's)
+                  ) -> torch.Tensor: # (B,): next-token cross-entropy of each example's labelled tokens, on the model's device
     "Per-example losses of a batch (no reduction over the batch), in eval mode; gradients flow to the parameters."
-    check_causal_lm(model, 'example_losses')
-    with evaluating(model): return torch.cat([_example_losses(model, b) for b in iter_batches(_check_batch(batch), batch_size)])
+    check_causal_lm(model, 'example_losses'); check_choice('loss', loss, LOSSES)
+    with evaluating(model): return torch.cat([_example_losses(model, b, loss=loss) for b in iter_batches(_check_batch(batch), batch_size)])
+
 
 # %% ../../nbs/papers/10_trackstar.ipynb #13cd0a51
 def _check_modules(mods, proj, moments):
@@ -154,44 +179,78 @@ def _check_modules(mods, proj, moments):
     if moments is not None:
         lack = [n for n in mods if f'{n}.weight' not in moments]
         if lack: raise ConfigError(f"moments has no entry for {lack[0]}.weight (and {len(lack) - 1} more).", "One exp_avg_sq per module weight, keyed by parameter name.", "Take them with `adam_moments`.")
-        bad = [n for n, m in mods.items() if tuple(moments[f'{n}.weight'].shape) != tuple(m.weight.shape)]
-        if bad: raise ShapeError(f"moments[{bad[0]!r}.weight] has shape {tuple(moments[bad[0] + '.weight'].shape)}, the weight {tuple(mods[bad[0]].weight.shape)}.",
-                                 "Each exp_avg_sq laid out like its parameter.", "Take them with `adam_moments` from the optimizer that trained this model.")
+        for n, m in mods.items():
+            v, (do, di) = moments[f'{n}.weight'], weight_matrix(m).shape
+            got, want = ([tuple(x.shape) for x in v], [(do,), (di,)]) if isinstance(v, tuple) else (tuple(v.shape), tuple(m.weight.shape))
+            if got != want: raise ShapeError(f"moments[{n!r}.weight] has shape {got}, the weight {tuple(m.weight.shape)}.",
+                                             "Each exp_avg_sq laid out like its parameter, or a (row, column) pair from `factor_moments`.", "Take them with `adam_moments` from the optimizer that trained this model.")
 
-def _batch_grads(model, batch, proj, moments, eps, mods):
-    "Per-example projected gradients of one batch: one forward and one backward pass."
-    with evaluating(model), torch.enable_grad(), capture(model, [f'{n}:in' for n in mods]) as acts, capture_grads(model, list(mods)) as cache:
-        loss = _example_losses(model, batch)
-        check_finite('per-example losses', loss.detach())
-        cache.backward(loss.sum())  # row b of each output gradient is example b's: no parameter's .grad is touched
-    res = []
-    for n, m in mods.items():
-        a, d = acts[f'{n}:in'], cache.grads[n]
-        ct = torch.promote_types(a.dtype, torch.float32)  # the outer products in float32 at least (bfloat16 models)
-        a, d = a.reshape(a.shape[0], -1, a.shape[-1]).to(ct), d.reshape(d.shape[0], -1, d.shape[-1]).to(ct)
-        mats = [p.to(a.device, ct) for p in proj.mats[n]]
-        if proj.kind == 'two_sided' and moments is None: r = torch.einsum('btp,btq->bpq', d @ mats[0].T, a @ mats[1].T).flatten(1)
-        else:
-            G = torch.einsum('bto,bti->boi', d, a)  # (B, d_out, d_in)
-            if moments is not None: G = G / (weight_matrix(m, moments[f'{n}.weight']).to(G.device, ct).sqrt() + eps)
-            r = (mats[0] @ G @ mats[1].T).flatten(1) if proj.kind == 'two_sided' else G.flatten(1) @ mats[0].T if proj.kind == 'dense' else G.flatten(1)
-        res.append(r.to(loss.device))  # modules of a device_map sit on different devices
-    return torch.cat(res, 1)
+def factor_moments(moments:dict, # {parameter name: exp_avg_sq}, from `adam_moments`
+                   modules:dict, # {module path: linear layer}, e.g. `linear_modules(model)`
+                   eps:float=1e-30 # Floor of the row and column means
+                  ) -> dict: # {module path.weight: (row scale (d_out,), column scale (d_in,))}
+    "Adafactor's rank-one form of each weight's second moments: v ~ r c^T / mean(r) from the row and column means, as the scales 1/sqrt of each side."
+    out = {}
+    for n, m in modules.items():
+        v = weight_matrix(m, moments[f'{n}.weight']).double()
+        r, c = v.mean(1).clamp(min=eps), v.mean(0).clamp(min=eps)
+        out[f'{n}.weight'] = ((r.mean() / r).sqrt().float(), c.rsqrt().float())  # 1/sqrt(r_i c_j / mean r) = sqrt(mean r / r_i) / sqrt(c_j)
+    return out
+
+def _project_module(a, d, mats, kind, v, eps, max_elems):
+    "Per-example projected weight gradient (B, k) of one linear layer from its inputs a (B, T, d_in) and output gradients d (B, T, d_out)."
+    ct = torch.promote_types(a.dtype, torch.float32)  # the outer products in float32 at least (bfloat16 models)
+    a, d = a.reshape(a.shape[0], -1, a.shape[-1]).to(ct), d.reshape(d.shape[0], -1, d.shape[-1]).to(ct)
+    mats = [p.to(a.device, ct) for p in mats]
+    if isinstance(v, tuple): d, a, v = d * v[0].to(d), a * v[1].to(a), None  # factored correction: diag(s_out) G diag(s_in), no full G needed
+    if kind == 'two_sided' and v is None: return torch.einsum('btp,btq->bpq', d @ mats[0].T, a @ mats[1].T).flatten(1)
+    step, out = max(1, max_elems // (d.shape[-1] * a.shape[-1])), []
+    for s in range(0, a.shape[0], step):  # full per-example gradients, `step` examples at a time
+        G = torch.einsum('bto,bti->boi', d[s:s+step], a[s:s+step])
+        if v is not None: G = G / (v.to(G).sqrt() + eps)
+        out.append((mats[0] @ G @ mats[1].T).flatten(1) if kind == 'two_sided' else G.flatten(1) @ mats[0].T if kind == 'dense' else G.flatten(1))
+        del G
+    return torch.cat(out)
+
+def _root_site(model):
+    "The path of the input embeddings, whose output comes before every linear layer (None if the model has none): asking autograd for its gradient alone lets each module's output gradient be freed once projected."
+    get = getattr(model, 'get_input_embeddings', None)
+    emb = get() if callable(get) else None
+    return next((n for n, x in model.named_modules() if x is emb), None) if isinstance(emb, nn.Module) else None
+
+def _batch_grads(model, batch, proj, moments, eps, mods, loss='mean', max_elems=2**26):
+    "Per-example projected gradients of one batch: one forward and one backward pass, each module projected inside the backward pass."
+    root = _root_site(model)
+    def reduce(site, d):
+        n = str(site)
+        if n not in mods: return None  # the root's gradient: not kept
+        m = mods[n]
+        v = None if moments is None else moments[f'{n}.weight'] if isinstance(moments[f'{n}.weight'], tuple) else weight_matrix(m, moments[f'{n}.weight'])
+        return _project_module(acts.pop(f'{n}:in'), d, proj.mats[n], proj.kind, v, eps, max_elems)  # the input is let go once used
+    with evaluating(model), torch.enable_grad(), capture(model, [f'{n}:in' for n in mods]) as acts, capture_grads(model, list(mods) + ([root] if root else []), on_grad=reduce, keep_acts=False, wrt=[root] if root else None) as cache:
+        losses = _example_losses(model, batch, loss=loss)
+        check_finite('per-example losses', losses.detach())
+        cache.backward(losses.sum())  # row b of each output gradient is example b's: no parameter's .grad is touched
+        return torch.cat([cache.grads[n].to(losses.device) for n in mods], 1)  # modules of a device_map sit on different devices
 
 def example_grads(model:nn.Module, # A causal LM (a `transformers` model or any module returning logits)
                   batch:dict, # input_ids (B, T), attention_mask, labels (-100 = not scored)
                   proj:Projection|None=None, # From `make_projection`; None: two-sided 16 x 16, seed 0
-                  moments:dict|None=None, # {parameter name: Adam exp_avg_sq} for the optimizer correction; None: none
-                  eps:float=1e-8, # Added to sqrt(v) in the correction
+                  moments:dict|None=None, # {parameter name: Adam exp_avg_sq} (or `factor_moments` of them) for the optimizer correction; None: none
+                  eps:float=1e-8, # Added to sqrt(v) in the (unfactored) correction
                   modules=None, # Module paths, or a dict from `linear_modules`; None: every linear layer but the output head
-                  batch_size:int=32 # Rows per forward and backward pass
+                  batch_size:int=32, # Rows per forward and backward pass
+                  loss:str='mean', # One of `LOSSES`: each example's mean token loss (TrackStar's), or the sum (bergson's)
+                  max_elems:int=2**26 # Largest number of entries of full per-example gradients held at once per module (corrected, dense or no projection)
                  ) -> torch.Tensor: # (B, D) on the model's device, float32 (float64 for a float64 model): each module's projected gradient, in model order
     "Per-example, optimizer-corrected, projected weight gradients of a batch, one forward and one backward pass per `batch_size` rows."
-    check_causal_lm(model, 'example_grads'); _check_batch(batch); check_batch_size(batch_size)
+    check_causal_lm(model, 'example_grads'); _check_batch(batch); check_batch_size(batch_size); check_choice('loss', loss, LOSSES)
+    if not (isinstance(max_elems, int) and max_elems >= 1): raise ConfigError(f"max_elems={max_elems!r}.", "A positive number of entries.", "Use e.g. 2**26 (256 MB of float32).")
     mods = _modules_of(model, modules)
     if proj is None: proj = make_projection(mods)
     _check_modules(mods, proj, moments)
-    return torch.cat([_batch_grads(model, b, proj, moments, eps, mods) for b in iter_batches(batch, batch_size)])
+    return torch.cat([_batch_grads(model, b, proj, moments, eps, mods, loss, max_elems) for b in iter_batches(batch, batch_size)])
+
 
 # %% ../../nbs/papers/10_trackstar.ipynb #3a5389cf
 def autocorr(g:torch.Tensor, # (N, D) gradients
@@ -261,9 +320,9 @@ def model_fingerprint(model:nn.Module, # The model
                      ) -> str:
     "A hash of the model's architecture and weights (per-parameter float64 sums and a few entries)."
     h = hashlib.sha256(type(model).__name__.encode())
-    for n, p in model.named_parameters():
-        x = p.detach().double()
-        h.update(f"{n}|{tuple(p.shape)}|{x.sum().item():.6e}|{x.square().sum().item():.6e}|{x.flatten()[:4].tolist()}".encode())
+    for n, p in model.named_parameters():  # reductions in float64 without a float64 copy of the weights
+        x = p.detach()
+        h.update(f"{n}|{tuple(p.shape)}|{x.sum(dtype=torch.float64).item():.6e}|{torch.linalg.vector_norm(x, dtype=torch.float64).square().item():.6e}|{x.flatten()[:4].double().tolist()}".encode())
     for n, m in (modules or {}).items(): h.update(f"{n}:{tuple(weight_matrix(m).shape)}".encode())
     return h.hexdigest()[:16]
 
@@ -271,10 +330,16 @@ def _moments_fingerprint(moments, modules):
     if moments is None: return None
     h = hashlib.sha256()
     for n in modules:
-        v = moments[f'{n}.weight'].double()
-        h.update(f"{n}|{tuple(v.shape)}|{v.sum().item():.6e}|{v.square().sum().item():.6e}".encode())
+        v = moments[f'{n}.weight']
+        for x in (v if isinstance(v, tuple) else (v,)):
+            x = x.double()
+            h.update(f"{n}|{tuple(x.shape)}|{x.sum().item():.6e}|{x.square().sum().item():.6e}".encode())
     return h.hexdigest()[:16]
 
+class IndexMismatch(ConfigError):
+    "The model or the optimizer moments given are not the ones a `GradIndex` was built with."
+class ShardError(ConfigError):
+    "A `GradIndex`'s shards are missing, damaged, or do not match the processes reading them."
 
 @result
 class Hits:
@@ -283,29 +348,59 @@ class Hits:
     indices:torch.Tensor # (Q, k) row numbers in the index (corpus order)
     def __repr__(self): return f"Hits(queries={self.scores.shape[0]}, k={self.scores.shape[1]}, best={[round(float(s), 3) for s in self.scores[:3, 0]]}...)"
 
+def _merge_hits(hits:list, k:int) -> Hits:
+    "The k best of several `Hits` of the same queries."
+    s, i = torch.cat([h.scores for h in hits], 1), torch.cat([h.indices.to(hits[0].scores.device) for h in hits], 1)
+    best, j = s.topk(min(k, s.shape[1]), dim=1)
+    return Hits(best, i.gather(1, j))
+
+def _dist():
+    "(rank, world size) of the running `torch.distributed` group; (0, 1) without one."
+    d = torch.distributed
+    return (d.get_rank(), d.get_world_size()) if d.is_available() and d.is_initialized() else (0, 1)
+
+
 # %% ../../nbs/papers/10_trackstar.ipynb #5c454b7c
+STORE_DTYPES = {'float32': '<f4', 'float16': '<f2'}
+
 class GradIndex:
-    "A TrackStar index on disk: projected training gradients in a memory map, R_train and metadata."
-    FORMAT = 'interpkit-trackstar-1'
+    "A TrackStar index on disk: projected training gradients in memory-mapped shards (one per process that built it), R_train and metadata."
+    FORMAT = 'interpkit-trackstar-2'
     def __init__(self, folder:str|Path # A folder written by `GradIndex.build`
                 ):
         self.folder = Path(folder)
         if not (self.folder/'meta.json').exists(): raise ConfigError(f"{self.folder} holds no TrackStar index (no meta.json).", "A folder written by GradIndex.build.", "Build the index first.")
-        self.meta = json.loads((self.folder/'meta.json').read_text())
-        if self.meta.get('format') != self.FORMAT: raise ConfigError(f"{self.folder} has format {self.meta.get('format')!r}.", f"This code reads {self.FORMAT!r}.", "Rebuild the index.")
-        self.n, self.dim = self.meta['n'], self.meta['dim']
-        self.grads = np.memmap(self.folder/'grads.f32', dtype='<f4', mode='r', shape=(self.n, self.dim))
+        self.meta = m = json.loads((self.folder/'meta.json').read_text())
+        if m.get('format') == 'interpkit-trackstar-1': m.update(shards=[dict(file='grads.f32', n=m['n'], rows=None)], store_dtype='float32', loss='mean', dist='gaussian')
+        elif m.get('format') != self.FORMAT: raise ConfigError(f"{self.folder} has format {m.get('format')!r}.", f"This code reads {self.FORMAT!r}.", "Rebuild the index.")
+        self.n, self.dim = m['n'], m['dim']
+        dt, self.shards, self.rows = np.dtype(STORE_DTYPES[m['store_dtype']]), [], []
+        for s in m['shards']:
+            f = self.folder/s['file']
+            if not f.exists(): raise ShardError(f"Shard {s['file']} of {self.folder} is missing ({len(m['shards'])} shards in meta.json).", "Every shard the build wrote.", "Copy the whole folder, or rebuild the index.")
+            if f.stat().st_size != s['n'] * self.dim * dt.itemsize: raise ShardError(f"Shard {s['file']} has {f.stat().st_size} bytes.", f"{s['n']} rows x {self.dim} x {dt.itemsize} bytes.", "The shard is damaged: rebuild the index.")
+            self.shards.append(np.memmap(f, dtype=dt, mode='r', shape=(s['n'], self.dim)))
+            self.rows.append(None if s['rows'] is None else np.load(self.folder/s['rows']))
         self.R_train = torch.from_numpy(np.load(self.folder/'r_train.npy'))
 
+    @property
+    def grads(self):
+        "The stored gradients (N, D) in corpus order: the memory map itself for a one-shard index, else read into memory."
+        if len(self.shards) == 1 and self.rows[0] is None: return self.shards[0]
+        out = np.empty((self.n, self.dim), dtype=self.shards[0].dtype)
+        for g, r, s in zip(self.shards, self.rows, self._starts()): out[np.arange(s, s + len(g)) if r is None else r] = g
+        return out
+
+    def _starts(self): return np.cumsum([0] + [len(g) for g in self.shards])[:-1].tolist()
     def __len__(self): return self.n
-    def __repr__(self): return f"GradIndex(n={self.n}, dim={self.dim}, projection={self.meta['projection']} {self.meta['k_out']}x{self.meta['k_in']}, modules={len(self.meta['modules'])}, correction={self.meta['moments'] is not None}, folder={self.folder})"
+    def __repr__(self): return f"GradIndex(n={self.n}, dim={self.dim}, shards={len(self.shards)}, projection={self.meta['projection']} {self.meta['k_out']}x{self.meta['k_in']}, modules={len(self.meta['modules'])}, correction={self.meta['moments'] is not None}, folder={self.folder})"
 
     @classmethod
     def build(cls, model:nn.Module, # The trained model
               batches, # A dict of model inputs (input_ids, attention_mask, labels), cut into `batch_size` rows, or an iterable of such dicts, streamed once
-              folder:str|Path, # Where to write the index (a new folder)
-              moments:dict|None=None, # {parameter name: exp_avg_sq} for the optimizer correction; None: none
-              projection:str='two_sided', # One of `PROJECTIONS`
+              folder:str|Path, # Where to write the index (a new folder; on a file system every process sees)
+              moments:dict|None=None, # {parameter name: exp_avg_sq} (or `factor_moments` of them) for the optimizer correction; None: none
+              projection:str|Projection='two_sided', # One of `PROJECTIONS`, or a `Projection` (its matrices are used as they are)
               k_out:int=16, # Output-side projection per module
               k_in:int=16, # Input-side projection per module
               seed:int=0, # Seed of the projection
@@ -315,47 +410,84 @@ class GradIndex:
               overwrite:bool=False, # Replace an existing index at `folder`
               total:int|None=None, # Number of batches, for the progress bar (known when `batches` is a dict)
               progress:bool=True, # Show a progress bar (never under pytest or CI)
-              batch_size:int=32 # Rows per forward and backward pass (larger batches of the iterable are cut too)
+              batch_size:int=32, # Rows per forward and backward pass (larger batches of the iterable are cut too)
+              loss:str='mean', # One of `LOSSES`
+              dist:str='gaussian', # One of `DISTRIBUTIONS`: the projection's entries
+              store_dtype:str='float32', # How gradients are stored: one of `STORE_DTYPES`
+              max_elems:int=2**26 # See `example_grads`
              ) -> GradIndex:
-        "Stream `batches` through `example_grads` into a new index folder, written atomically; R_train is summed in float64 on the CPU."
-        check_causal_lm(model, 'GradIndex.build'); check_batch_size(batch_size)
+        "Stream `batches` through `example_grads` into a new index folder, written atomically; R_train is summed in float64. Under `torch.distributed`, every process builds its shard of the same index."
+        check_causal_lm(model, 'GradIndex.build'); check_batch_size(batch_size); check_choice('store_dtype', store_dtype, STORE_DTYPES); check_choice('loss', loss, LOSSES)
+        rank, world = _dist()
         folder = Path(folder)
         if folder.exists() and not overwrite: raise ConfigError(f"{folder} exists.", "build writes a new folder.", "Pass overwrite=True or another folder.")
-        if isinstance(batches, Mapping):
-            n_rows = _check_batch(batches)['input_ids'].shape[0]
-            batches, total = iter_batches(batches, batch_size), -(-n_rows // batch_size)
         mods = _modules_of(model, modules)
-        proj = make_projection(mods, projection, k_out, k_in, seed)
-        dims = list(proj.dims().values()) if projection != 'none' else [m.weight.numel() for m in mods.values()]
+        proj = projection if isinstance(projection, Projection) else make_projection(mods, projection, k_out, k_in, seed, dist=dist)
+        _check_modules(mods, proj, moments)
+        dims = list(proj.dims().values()) if proj.kind != 'none' else [m.weight.numel() for m in mods.values()]
         D = sum(dims)
         blocked = D > max_full and len(set(dims)) == 1
         if D > max_full and not blocked: raise ConfigError(f"D={D} is above max_full={max_full} and the module blocks differ in size.", "Block-diagonal R needs one block size.", "Raise max_full or use the two-sided projection.")
-        if moments is not None: _check_modules(mods, proj, moments)
+        if isinstance(batches, Mapping):  # rows known: each process takes a contiguous slice, so shards in rank order are corpus order
+            n_rows = _check_batch(batches)['input_ids'].shape[0]
+            lo, hi = rank * n_rows // world, (rank + 1) * n_rows // world
+            mine = iter_batches({k: v[lo:hi] for k, v in batches.items()}, batch_size) if hi > lo else iter(())
+            total, numbered = -(-(hi - lo) // batch_size), False
+        else:  # a stream: batch i goes to process i % world, and its rows are numbered after the fact
+            mine, numbered = ((i, b) for i, b in enumerate(batches) if i % world == rank), world > 1
+            if not numbered: mine = (b for _, b in mine)
+            elif total is not None: total = len(range(rank, total, world))
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f'.{folder.name}.', dir=folder.parent))
+        tmp = [str(tempfile.mkdtemp(prefix=f'.{folder.name}.', dir=folder.parent)) if rank == 0 else None]
+        if world > 1: torch.distributed.broadcast_object_list(tmp, src=0)
+        tmp = Path(tmp[0])
+        name = f'grads-{rank:05d}-of-{world:05d}.bin'
         try:
             R = torch.zeros((len(dims), dims[0], dims[0]) if blocked else (D, D), dtype=torch.float64)
-            n, t0 = 0, time.time()
-            with open(tmp/'grads.f32', 'wb') as f:
-                for b in tqdm(batches, total=total, disable=not progress or quiet(), desc='index'):
-                    g = example_grads(model, b, proj, moments, eps, mods, batch_size)
-                    f.write(g.cpu().numpy().astype('<f4').tobytes())
-                    R += (blocks_of(g, dims, torch.float32) if blocked else autocorr(g, torch.float32)).cpu().double() * g.shape[0]  # float32 per batch, summed in float64
-                    n += g.shape[0]
-            if n == 0: raise ConfigError("batches gave no example.", "At least one batch.", "Check the data.")
-            np.save(tmp/'r_train.npy', (R / n).numpy())
-            meta = dict(format=cls.FORMAT, n=n, dim=D, projection=projection, k_out=k_out, k_in=k_in, seed=seed, eps=eps, blocked=blocked, block_dims=dims,
-                        modules={k: list(weight_matrix(m).shape) for k, m in mods.items()}, model=model_fingerprint(model, mods), model_class=type(model).__name__,
-                        moments=_moments_fingerprint(moments, mods), seconds=round(time.time() - t0, 2))
-            (tmp/'meta.json').write_text(json.dumps(meta, indent=1))
-            tmp.chmod(0o755)
-            old = None
-            if folder.exists():
-                old = Path(tempfile.mkdtemp(prefix=f'.{folder.name}.old.', dir=folder.parent)); os.rmdir(old)
-                os.rename(folder, old)
-            os.rename(tmp, folder)
-            if old is not None: shutil.rmtree(old, ignore_errors=True)
-        finally: shutil.rmtree(tmp, ignore_errors=True)
+            n, sizes, t0 = 0, [], time.time()
+            with open(tmp/f'{name}.part', 'wb') as f:
+                for item in tqdm(mine, total=total, disable=not progress or quiet() or rank > 0, desc='index'):
+                    i, b = item if numbered else (None, item)
+                    g = example_grads(model, b, proj, moments, eps, mods, batch_size, loss, max_elems)
+                    f.write(g.cpu().numpy().astype(STORE_DTYPES[store_dtype]).tobytes())
+                    x = g.detach().to('cpu', torch.float64)  # summed in float64, in place
+                    if blocked: x = x.view(x.shape[0], len(dims), dims[0]).transpose(0, 1); R.baddbmm_(x.transpose(1, 2), x)
+                    else: R.addmm_(x.T, x)
+                    n += g.shape[0]; sizes.append((i, g.shape[0]))
+            os.replace(tmp/f'{name}.part', tmp/name)  # a shard is complete or absent
+            rows = None
+            if world > 1:
+                R = _all_reduce(R)
+                counts = [None] * world; torch.distributed.all_gather_object(counts, (n, sizes))
+                if numbered:  # global row numbers from every process's (batch number, size) list
+                    start, first = 0, {}
+                    for i, s in sorted(x for _, sz in counts for x in sz): first[i] = start; start += s
+                    rows = np.concatenate([np.arange(first[i], first[i] + s) for i, s in sizes]).astype(np.int64) if sizes else np.zeros(0, np.int64)
+                    np.save(tmp/f'rows-{rank:05d}.npy', rows)
+                ns = [c[0] for c in counts]
+            else: ns = [n]
+            if sum(ns) == 0: raise ConfigError("batches gave no example.", "At least one batch.", "Check the data.")
+            if rank == 0:
+                np.save(tmp/'r_train.npy', (R / sum(ns)).numpy())
+                shards = [dict(file=f'grads-{r:05d}-of-{world:05d}.bin', n=ns[r], rows=f'rows-{r:05d}.npy' if numbered else None) for r in range(world)]
+                meta = dict(format=cls.FORMAT, n=sum(ns), dim=D, projection=proj.kind, k_out=proj.k_out, k_in=proj.k_in, seed=proj.seed, dist=proj.dist, custom_projection=isinstance(projection, Projection),
+                            eps=eps, loss=loss, store_dtype=store_dtype, blocked=blocked, block_dims=dims, shards=shards, world_size=world,
+                            modules={k: list(weight_matrix(m).shape) for k, m in mods.items()}, model=model_fingerprint(model, mods), model_class=type(model).__name__,
+                            moments=_moments_fingerprint(moments, mods), factored=moments is not None and isinstance(next(iter(moments.values())), tuple), seconds=round(time.time() - t0, 2))
+                if isinstance(projection, Projection): torch.save({k: tuple(x.cpu() for x in v) for k, v in proj.mats.items()}, tmp/'projection.pt')
+            if world > 1: torch.distributed.barrier()  # every shard is in place
+            if rank == 0:
+                (tmp/'meta.json').write_text(json.dumps(meta, indent=1))
+                tmp.chmod(0o755)
+                old = None
+                if folder.exists():
+                    old = Path(tempfile.mkdtemp(prefix=f'.{folder.name}.old.', dir=folder.parent)); os.rmdir(old)
+                    os.rename(folder, old)
+                os.rename(tmp, folder)
+                if old is not None: shutil.rmtree(old, ignore_errors=True)
+        finally:
+            if rank == 0: shutil.rmtree(tmp, ignore_errors=True)
+        if world > 1: torch.distributed.barrier()  # the folder is in place for everyone
         return cls(folder)
 
     def _modules(self, model):
@@ -364,9 +496,18 @@ class GradIndex:
         mods = {n: lin[n] for n in names if n in lin}
         fp = model_fingerprint(model, mods) if len(mods) == len(names) else None
         if fp != self.meta['model']:
-            raise ConfigError(f"The model given ({type(model).__name__}, fingerprint {fp}) is not the model this index was built with ({self.meta['model_class']}, fingerprint {self.meta['model']}).",
-                              "Queries must use the very same weights: gradients of another model live in another space.", "Pass the model the index was built from, or rebuild the index.")
+            raise IndexMismatch(f"The model given ({type(model).__name__}, fingerprint {fp}) is not the model this index was built with ({self.meta['model_class']}, fingerprint {self.meta['model']}).",
+                                "Queries must use the very same weights: gradients of another model live in another space.", "Pass the model the index was built from, or rebuild the index.")
         return mods
+
+    def projection(self, mods:dict|None=None # The index's modules (from the model); None: from the stored shapes
+                  ) -> Projection:
+        "The projection the index was built with."
+        m = self.meta
+        if m.get('custom_projection'):
+            mats = torch.load(self.folder/'projection.pt')
+            return Projection(m['projection'], m['k_out'], m['k_in'], m['seed'], mats, m['dist'])
+        return make_projection(mods or {k: tuple(v) for k, v in m['modules'].items()}, m['projection'], m['k_out'], m['k_in'], m['seed'], dist=m['dist'])
 
     def query_grads(self, model:nn.Module, # The model the index was built with
                     batch:dict, # Queries: input_ids, attention_mask, labels on the target tokens
@@ -377,11 +518,9 @@ class GradIndex:
         check_causal_lm(model, 'GradIndex.query_grads')
         mods = self._modules(model)
         if (moments is None) != (self.meta['moments'] is None) or (moments is not None and _moments_fingerprint(moments, mods) != self.meta['moments']):
-            raise ConfigError(f"moments {'None' if moments is None else _moments_fingerprint(moments, mods)} differ from the index's ({self.meta['moments']}).",
-                              "The optimizer correction must be the one used at build time.", "Pass the same exp_avg_sq (or None if the index was built without).")
-        m = self.meta
-        proj = make_projection(mods, m['projection'], m['k_out'], m['k_in'], m['seed'])
-        return example_grads(model, batch, proj, moments, m['eps'], mods, batch_size)
+            raise IndexMismatch(f"moments {'None' if moments is None else _moments_fingerprint(moments, mods)} differ from the index's ({self.meta['moments']}).",
+                                "The optimizer correction must be the one used at build time.", "Pass the same exp_avg_sq (or None if the index was built without).")
+        return example_grads(model, batch, self.projection(mods), moments, self.meta['eps'], mods, batch_size, self.meta['loss'])
 
     def whitener(self, q:torch.Tensor|None=None, # Query gradients for R_eval; None: R_train alone
                  lam:float=0.9, # Weight of R_eval
@@ -391,11 +530,24 @@ class GradIndex:
         R_eval = None if q is None else (blocks_of(q, self.meta['block_dims']) if self.meta['blocked'] else autocorr(q))
         return inv_sqrt(mix(self.R_train, R_eval, lam), damping)
 
-    def chunks(self, batch_size:int=4096 # Rows per chunk
+    def chunks(self, batch_size:int=4096, # Rows per chunk
+               shards:list[int]|None=None # Which shards; None: all
               ):
-        "Yield (start, (n, D) float32 tensor on the CPU) over the stored gradients."
+        "Yield (row numbers, (n, D) float32 tensor on the CPU) over the stored gradients."
         check_batch_size(batch_size)
-        for s in range(0, self.n, batch_size): yield s, torch.from_numpy(np.array(self.grads[s:s+batch_size]))
+        for j in (range(len(self.shards)) if shards is None else shards):
+            g, r, s0 = self.shards[j], self.rows[j], self._starts()[j]
+            for s in range(0, len(g), batch_size):
+                ids = torch.arange(s0 + s, s0 + min(s + batch_size, len(g))) if r is None else torch.from_numpy(np.array(r[s:s+batch_size]))
+                yield ids, torch.from_numpy(np.array(g[s:s+batch_size], dtype=np.float32))
+
+    def _local_shards(self):
+        "The shards this process scores: all of them, or under `torch.distributed` its own (one per process, as many as were built)."
+        rank, world = _dist()
+        if world == 1: return None
+        if world != len(self.shards): raise ShardError(f"{world} processes search an index of {len(self.shards)} shards.", "As many processes as shards (each scores its own), or one process (it scores them all).",
+                                                       f"Launch {len(self.shards)} processes, or search outside torch.distributed.")
+        return [rank]
 
     def topk(self, q:torch.Tensor, # (Q, D) query gradients
              k:int=10, # How many examples per query
@@ -403,21 +555,23 @@ class GradIndex:
              unit:bool=True, # Cosine (True) or inner product
              batch_size:int=4096 # Rows of the index scored at a time
             ) -> Hits: # On q's device
-        "Stream the index and keep each query's k best examples; each chunk read from disk is moved to the queries' device, where all the maths runs."
+        "Stream the index and keep each query's k best examples; each chunk read from disk is moved to the queries' device, where all the maths runs. Under `torch.distributed` each process scores its shard and the hits are gathered."
         if q.dim() != 2 or q.shape[1] != self.dim: raise ShapeError(f"q has shape {tuple(q.shape)}.", f"(Q, {self.dim}) for this index.", "Use `query_grads`.")
         if not (isinstance(k, int) and k >= 1): raise ConfigError(f"k={k!r}.", "A positive number of examples per query.", "Use e.g. k=10.")
+        shards = self._local_shards()
         k, dev = min(k, self.n), q.device
         if W is not None: W = W.to(dev, torch.float64)
         qw = whiten(q, W)
         if unit: qw = F.normalize(qw, dim=1)
-        best_s, best_i = torch.full((q.shape[0], 0), -math.inf, device=dev), torch.zeros((q.shape[0], 0), dtype=torch.long, device=dev)
-        for s, g in self.chunks(batch_size):
+        hits = Hits(torch.full((q.shape[0], 0), -math.inf, device=dev), torch.zeros((q.shape[0], 0), dtype=torch.long, device=dev))
+        for ids, g in self.chunks(batch_size, shards):
             gw = whiten(g.to(dev), W)
             if unit: gw = F.normalize(gw, dim=1)
-            sc = qw @ gw.T
-            best_s, j = torch.cat([best_s, sc], 1).topk(min(k, best_s.shape[1] + sc.shape[1]), dim=1)
-            best_i = torch.cat([best_i, torch.arange(s, s + g.shape[0], device=dev).expand(q.shape[0], -1)], 1).gather(1, j)
-        return Hits(best_s, best_i)
+            hits = _merge_hits([hits, Hits(qw @ gw.T, ids.to(dev).expand(q.shape[0], -1))], k)
+        if shards is not None:  # every process's best, merged
+            every = [None] * _dist()[1]; torch.distributed.all_gather_object(every, (hits.scores.cpu(), hits.indices.cpu()))
+            hits = _merge_hits([Hits(s.to(dev), i.to(dev)) for s, i in every], k)
+        return hits
 
     def search(self, model:nn.Module, # The model the index was built with
                batch:dict, # Queries (see `encode_queries`)
@@ -432,6 +586,13 @@ class GradIndex:
         "TrackStar: the top-k training examples of each query."
         q = self.query_grads(model, batch, moments, batch_size)
         return self.topk(q, k, self.whitener(q, lam, damping) if whitened else None, unit)
+
+def _all_reduce(x:torch.Tensor) -> torch.Tensor:
+    "Sum of `x` over the processes, on the device the backend wants (CUDA for nccl), returned on the CPU."
+    dev = torch.device('cuda', torch.cuda.current_device()) if torch.distributed.get_backend() == 'nccl' else torch.device('cpu')
+    y = x.to(dev); torch.distributed.all_reduce(y)
+    return y.cpu()
+
 
 # %% ../../nbs/papers/10_trackstar.ipynb #6f99350a
 _SYL = ['ka', 'zo', 'ri', 'mu', 'ben', 'tal', 'vor', 'qui', 'lan', 'dex', 'po', 'sha', 'nir', 'gu', 'fe', 'lo', 'bri', 'tu', 'mer', 'sel']
@@ -528,11 +689,8 @@ def load_fact_lm_moments(name:str='trackstar_fact_lm_moments' # Asset written by
     return load_asset(name)[0]
 
 def _target_logprob(model, batch, params=None):
-    b, logits = _forward(model, batch, params)
-    lab = _labels(b)[:, 1:].to(logits.device)
-    logits = logits[:, :-1]
-    lp = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)
-    return torch.where(lab != -100, lp.gather(2, lab.clamp(min=0)[..., None])[..., 0], 0.).sum(1)  # padding's log-probabilities never enter, even if not finite
+    lp, tgt, rows, n = _scored(model, batch, params, need=False)
+    return torch.zeros(n.shape[0], dtype=lp.dtype, device=lp.device).index_add(0, rows, lp.gather(1, tgt[:, None])[:, 0])  # padding's log-probabilities are never computed
 
 def target_logprob(model:nn.Module, # A causal LM
                    batch:dict, # Queries from `encode_queries` (no labels: every real token is scored)
@@ -564,22 +722,27 @@ def tail_patch(model:nn.Module, # A causal LM
                moments:dict|None=None, # {param name: exp_avg_sq}: Adam-style step; None: plain gradient step
                eps:float=1e-8, # Added to sqrt(v)
                base:torch.Tensor|None=None, # The queries' log-probabilities before the step, if known
-               batch_size:int=32 # Rows per forward pass (the gradient of the mean loss is accumulated over `train`)
+               batch_size:int=32, # Rows per forward pass (the gradient of the mean loss is accumulated over `train`)
+               params:list[str]|None=None # Names of the parameters that take the step; None: all of them
               ) -> torch.Tensor: # (Q,) on the model's device: increase in the target's log-probability
-    "Tail-patch score: the change of the target's log-probability after one step on the mean loss of `train`; the model itself is never changed."
+    "Tail-patch score: the change of the target's log-probability after one step on the mean loss of `train`; the model is never changed or copied (the step is formed in the gradients' own memory)."
     check_causal_lm(model, 'tail_patch'); _check_batch(train); _check_batch(query); check_batch_size(batch_size)
-    params = dict(model.named_parameters())
-    live = {n: p.detach().requires_grad_() for n, p in params.items()}  # leaves of our own: the model's requires_grad and .grad stay as they are
+    named = dict(model.named_parameters())
+    if params is not None:
+        bad = [n for n in params if n not in named]
+        if bad or not params: raise ConfigError(f"params {bad[:3] or params} {'are not parameters of the model' if bad else 'is empty'}.", f"Names from model.named_parameters(), e.g. {list(named)[:2]}.", "Pass None for all parameters.")
+    live = {n: p.detach().requires_grad_() for n, p in named.items() if params is None or n in params}  # leaves sharing the weights' memory: the model's requires_grad and .grad stay as they are
     N, grads = train['input_ids'].shape[0], None
     with evaluating(model), torch.enable_grad():
         for b in iter_batches(train, batch_size):
             gs = torch.autograd.grad(_example_losses(model, b, live).sum() / N, list(live.values()), allow_unused=True)
-            grads = gs if grads is None else [a if c is None else c if a is None else a + c for a, c in zip(grads, gs)]
+            grads = list(gs) if grads is None else [c if a is None else a if c is None else a.add_(c) for a, c in zip(grads, gs)]
     new = {}
-    for (n, p), g in zip(params.items(), grads):
-        if g is None: new[n] = p.detach(); continue  # the loss does not depend on it
-        step = g / (moments[n].to(g).sqrt() + eps) if moments is not None and n in moments else g
-        new[n] = (p - lr * step).detach()
+    for (n, p), g in zip(live.items(), grads):
+        if g is None: continue  # the loss does not depend on it: the model's own value is used
+        if moments is not None and n in moments: g.div_(moments[n].to(g).sqrt().add_(eps))
+        new[n] = g.mul_(-lr).add_(p.detach())  # p - lr * step, in the gradient's memory
+    del grads
     if base is None: base = target_logprob(model, query, batch_size)
     with evaluating(model), torch.no_grad():
         after = torch.cat([_target_logprob(model, b, new) for b in iter_batches(query, batch_size)])
@@ -595,6 +758,86 @@ def bm25_scores(passages:list[str], # The corpus
     r.index(bm25s.tokenize(passages, stopwords='en', show_progress=False), show_progress=False)
     toks = bm25s.tokenize(queries, stopwords='en', return_ids=False, show_progress=False)
     return torch.tensor(np.stack([r.get_scores(t) for t in toks]), dtype=torch.float32)
+
+# %% ../../nbs/papers/10_trackstar.ipynb #ffec4f14
+def example_memory(model:nn.Module, # The model
+                   seq_len:int, # Tokens per example
+                   k_out:int=16, # Output-side projection per module
+                   k_in:int=16, # Input-side projection per module
+                   modules=None, # As in `example_grads`
+                   store_dtype:str='float32', # As in `GradIndex.build`
+                   labelled:int|None=None # Scored tokens per example; None: all but the first
+                  ) -> pd.DataFrame: # One row per item: entries and bytes per example
+    "What one example costs in the gradient pipeline, besides the forward activations: the full per-example gradient TrackStar never forms, what it forms instead, and what it stores."
+    check_choice('store_dtype', store_dtype, STORE_DTYPES)
+    mods = _modules_of(model, modules)
+    shapes = [tuple(weight_matrix(m).shape) for m in mods.values()]
+    V = model.get_output_embeddings().weight.shape[0] if callable(getattr(model, 'get_output_embeddings', None)) and model.get_output_embeddings() is not None else None
+    lab = seq_len - 1 if labelled is None else labelled
+    rows = {'full per-example gradient (never formed)': (sum(o * i for o, i in shapes), 4),
+            'largest module gradient (exact Adam correction, per example)': (max(o * i for o, i in shapes), 4),
+            'output gradient of one linear layer at a time (the largest)': (seq_len * max(o for o, _ in shapes), 4),
+            'projected activations and gradients, per module at a time': (seq_len * (k_out + k_in), 4),
+            'stored projected gradient': (len(shapes) * k_out * k_in, np.dtype(STORE_DTYPES[store_dtype]).itemsize)}
+    if V is not None: rows.update({'logits at every position (float32)': (seq_len * V, 4), 'logits at the scored positions (float32)': (lab * V, 4)})
+    return pd.DataFrame([dict(item=k, entries=n, MB=n * b / 2**20) for k, (n, b) in rows.items()]).set_index('item')
+
+# %% ../../nbs/papers/10_trackstar.ipynb #a98c18cd
+def _read_lines(path:str) -> list[str]:
+    lines = [l.rstrip('\n') for l in Path(path).read_text().splitlines()]
+    return [l for l in lines if l.strip()]
+
+def trackstar_cli(argv:list[str]|None=None # Command-line arguments; None: sys.argv
+                 ) -> None:
+    "Build a TrackStar index (and optionally search it) from the command line; run under `torchrun` to build it with several processes."
+    import argparse, datetime
+    ap = argparse.ArgumentParser(prog='python -m interpkit.papers.trackstar', description="Build a TrackStar gradient index of a text corpus; under torchrun every process builds its shard.")
+    ap.add_argument('--model', default='fact-lm', help="'fact-lm' (the shipped tiny model), 'smollm2-135m-instruct', a hub id or a local path")
+    ap.add_argument('--texts', default='fact-corpus', help="a text file, one training example per line, or 'fact-corpus'")
+    ap.add_argument('--limit', type=int, default=None, help='index the first LIMIT texts only')
+    ap.add_argument('--out', required=True, help='index folder (on a file system every process sees)')
+    ap.add_argument('--queries', default=None, help="a file of 'prompt<TAB>target' lines, or 'fact-corpus': searched after the build")
+    ap.add_argument('--results', default=None, help='JSON file for the top-k of each query (written by rank 0)')
+    ap.add_argument('--top-k', type=int, default=10)
+    ap.add_argument('--batch-size', type=int, default=8)
+    ap.add_argument('--max-len', type=int, default=128)
+    ap.add_argument('--k-out', type=int, default=16); ap.add_argument('--k-in', type=int, default=16)
+    ap.add_argument('--seed', type=int, default=0)
+    ap.add_argument('--dist', default='gaussian', choices=DISTRIBUTIONS); ap.add_argument('--loss', default='mean', choices=LOSSES)
+    ap.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16', 'float16'], help="the model's dtype")
+    ap.add_argument('--store-dtype', default='float32', choices=list(STORE_DTYPES))
+    ap.add_argument('--moments', default=None, help="'fact-lm', or a .safetensors file of exp_avg_sq by parameter name; default: no correction")
+    ap.add_argument('--overwrite', action='store_true')
+    a = ap.parse_args(argv)
+    from ..models import encode_queries, load_lm
+    d = torch.distributed
+    launched = 'RANK' in os.environ and 'WORLD_SIZE' in os.environ
+    cuda = torch.cuda.is_available()
+    if launched and not d.is_initialized():
+        if cuda: torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
+        d.init_process_group('nccl' if cuda else 'gloo', timeout=datetime.timedelta(minutes=30))
+    try:
+        device = torch.device('cuda', torch.cuda.current_device()) if cuda else torch.device('cpu')
+        dtype = getattr(torch, a.dtype)
+        fc = fact_corpus(seed=0) if 'fact-corpus' in (a.texts, a.queries) else None
+        if a.model == 'fact-lm': model, tokenizer, _ = load_fact_lm(); model = model.to(device, dtype)
+        else: model, tokenizer = load_lm(a.model, dtype=dtype, device=device)
+        texts = fc.passages if a.texts == 'fact-corpus' else _read_lines(a.texts)
+        texts = texts[:a.limit] if a.limit else texts
+        moments = None
+        if a.moments == 'fact-lm': moments = load_fact_lm_moments()
+        elif a.moments:
+            from safetensors.torch import load_file
+            moments = load_file(a.moments)
+        idx = GradIndex.build(model, encode_texts(tokenizer, texts, max_len=a.max_len), a.out, moments=moments, k_out=a.k_out, k_in=a.k_in, seed=a.seed, overwrite=a.overwrite,
+                              batch_size=a.batch_size, loss=a.loss, dist=a.dist, store_dtype=a.store_dtype)
+        if a.queries:
+            pairs = fc.queries if a.queries == 'fact-corpus' else [tuple(l.split('\t', 1)) for l in _read_lines(a.queries)]
+            hits = idx.search(model, encode_queries(tokenizer, [p for p, _ in pairs], [t for _, t in pairs]), k=a.top_k, moments=moments, batch_size=a.batch_size)
+            if a.results and _dist()[0] == 0:
+                Path(a.results).write_text(json.dumps(dict(indices=hits.indices.tolist(), scores=hits.scores.tolist(), world_size=_dist()[1])))
+    finally:
+        if launched and d.is_initialized(): d.destroy_process_group()
 
 # %% ../../nbs/papers/10_trackstar.ipynb #1cb3c301
 def side_by_side(passages:list[str], # The corpus

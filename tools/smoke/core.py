@@ -72,6 +72,9 @@ def checks(device, dtype):
                 with torch.no_grad(), ablate_heads(m, {1: [0]}, how='mean', means=mu), ablate_heads(m, {0: [1]}, how='scale_query'): on(m(to_model(m, ids())).logits, device)
                 with capture_grads(m, [resid_post(0), head_out(1)]) as g: g.backward(m(to_model(m, ids())).logits.float().sum())
                 on(g.grads[head_out(1)], device, 'gradient')
+                with capture_grads(m, [resid_post(0), resid_post(1)], on_grad=lambda site, gr: gr.float().square().sum(), keep_acts=False) as g2:
+                    g2.backward(m(to_model(m, ids())).logits.float().sum(), wrt=[resid_post(0)])
+                on(g2.grads[resid_post(1)], device, 'reduced gradient'); assert len(g2.acts) == 0
                 with hooked([]): pass
                 lins = linear_modules(m)
                 w = weight_matrix(next(iter(lins.values())))

@@ -5,11 +5,13 @@ import torch
 from _util import lm, on, finite, ids, untouched, tiny_tokenizer
 from interpkit.hooks import linear_modules
 from interpkit.models import WordTokenizer, encode_queries, encode_texts
-from interpkit.papers.trackstar import (GradIndex, adam_moments, autocorr, blocks_of, example_grads, example_losses, fact_corpus, inv_sqrt, lm_labels, load_fact_lm, load_fact_lm_moments, make_projection, mix, model_fingerprint, rank_metrics, scores, side_by_side, tail_patch, target_logprob, train_fact_lm, whiten)
+from interpkit.papers.trackstar import (GradIndex, adam_moments, example_memory, factor_moments, autocorr, blocks_of, example_grads, example_losses, fact_corpus, inv_sqrt, lm_labels, load_fact_lm, load_fact_lm_moments, make_projection, mix, model_fingerprint, rank_metrics, scores, side_by_side, tail_patch, target_logprob, train_fact_lm, whiten)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'Projection': 'made by make_projection', 'Hits': 'made by GradIndex.topk', 'FactCorpus': 'made by fact_corpus',
     'bm25_scores': 'text on the CPU, no model',
+    'IndexMismatch': 'an error type', 'ShardError': 'an error type',
+    'trackstar_cli': 'the command line; its device path is GradIndex.build and search (tests/test_trackstar_scale.py launches it under torchrun)',
 }
 
 def batch(n=4, t=8, seed=0):
@@ -34,6 +36,9 @@ def checks(device, dtype):
                 g = on(example_grads(m, b, moments=mom, batch_size=3), device, f'{arch} corrected gradients')
                 on(example_grads(m, b, make_projection(linear_modules(m), 'dense', 2, 2)), device, f'{arch} dense gradients')
                 on(example_losses(m, b), device, 'losses')
+                fm = factor_moments(mom, linear_modules(m))
+                on(example_grads(m, b, make_projection(linear_modules(m), dist='rademacher'), fm, loss='sum', max_elems=1), device, f'{arch} factored, summed gradients')
+                assert example_memory(m, 8).MB.iloc[0] > 0
             out.append(f"{arch} {tuple(g.shape)} {g.dtype}")
         return ', '.join(out)
 
@@ -41,7 +46,7 @@ def checks(device, dtype):
         m = lm('gpt2', device, dtype, n_layers=2, d_model=32)
         mom = moments_of(m, device)
         with tempfile.TemporaryDirectory() as d, untouched(m):
-            idx = GradIndex.build(m, batch(12, 8), Path(d)/'i', moments=mom, k_out=2, k_in=2, batch_size=5, progress=False)
+            idx = GradIndex.build(m, batch(12, 8), Path(d)/'i', moments=mom, k_out=2, k_in=2, batch_size=5, progress=False, store_dtype='float16')
             q = batch(2, 8, seed=1)
             hits = idx.search(m, q, k=3, moments=mom)
             on(hits.scores, device, 'hit scores'); assert hits.indices.device.type == device.type
@@ -61,6 +66,7 @@ def checks(device, dtype):
         with untouched(m):
             train, query = dict(input_ids=ids(3, 8)), dict(input_ids=ids(2, 6, seed=2))  # no attention masks
             d = on(tail_patch(m, train, query, lr=1e-2, moments=moments_of(m, device), batch_size=2), device, 'tail-patch')
+            on(tail_patch(m, train, query, lr=1e-2, params=['model.layers.1.mlp.down_proj.weight']), device, 'tail-patch of one weight')
             on(target_logprob(m, query), device, 'target log-probabilities')
         return f"tail-patch {d.float().mean().item():.3g}"
 

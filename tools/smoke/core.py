@@ -1,4 +1,4 @@
-"Smoke checks of the core: models, hooks, sae, train, testing, results, viz."
+"Smoke checks of the core: models, hooks, sae, train, testing, results, viz, diffusion."
 import tempfile
 import torch
 from torch import nn
@@ -14,6 +14,8 @@ from interpkit.train import lr_factor, fit, save_asset, load_asset, load_asset_i
 from interpkit.testing import snapshot, differences
 from interpkit.results import brief
 from interpkit.viz import to_numpy, heatmap
+from interpkit.diffusion import (to_x0, from_x0, class_forward, sample, digit_images, digit_unet, load_digit_diffusion, DIGIT_SCHEDULER, NULL_CLASS,
+                                 SUPPORTED_SCHEDULERS)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'tiny_lm': 'used by every check', 'tiny_tokenizer': 'used by the chat checks', 'cache_dir': 'a path', 'assets_dir': 'a path',
@@ -21,6 +23,8 @@ NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'ActCache': 'made by capture', 'GradCache': 'made by capture_grads', 'HookPoint': 'made by resolve', 'Layout': 'made by layout',
     'FitResult': 'made by fit', 'SAEMetrics': 'made by sae_metrics', 'result': 'a class decorator', 'untouched': 'used by every check',
     'mlp_linears': 'module paths of a block, nothing device-specific (tests/test_hooks.py covers every tiny architecture)',
+    'train_digit_diffusion': 'a CPU recipe for the shipped asset (no device argument); tests/test_diffusion.py runs it',
+    'train_digit_classifier': 'a CPU recipe for a digit classifier (no device argument); tests/test_diffusion.py runs it',
 }
 
 def checks(device, dtype):
@@ -117,4 +121,42 @@ def checks(device, dtype):
         import matplotlib.pyplot as plt; plt.close('all')
         return f"{brief(t)}, numpy {a.dtype}"
 
-    return [('models', models), ('encoder', encoder), ('hooks', hooks), ('sae', sae), ('train', train), ('testing', testing_and_display)]
+    def diffusion():
+        import diffusers
+        g = torch.Generator().manual_seed(0)
+        c, u = (torch.randn(3, 1, 8, 8, generator=g).to(device=device, dtype=dtype) for _ in range(2))
+        ab = torch.tensor([0.9, 0.5, 0.1])
+        x0 = to_x0(c, u, ab, 'v_prediction')
+        for o in (x0, from_x0(x0, u, ab, 'v_prediction'), to_x0(c, u, 0.3), from_x0(c, u, 0.3)): assert on(o, device).dtype == dtype
+        cfg = lambda c_, u_, w: u_ + w * (c_ - u_)   # classifier-free guidance
+        m = digit_unet(block_out_channels=(8, 16)).to(device=device, dtype=dtype).train()
+        labels, got = torch.tensor([1, 7]), []
+        with untouched(m):
+            for name in SUPPORTED_SCHEDULERS:
+                x = on(sample(m, getattr(diffusers, name)(num_train_timesteps=1000), labels, NULL_CLASS, (1, 8, 8), cfg, 3., steps=4, batch_size=3), device, name)
+                got.append(f"{name.replace('Scheduler', '')} {x.abs().mean().item():.2f}")
+            # float conditions (a dict with embeddings) go to the model's device and dtype; a forward reading them must see that
+            seen = []
+            def fwd(model, x, t, c):
+                seen.append((x.device.type, x.dtype, c['emb'].device.type, c['emb'].dtype, c['lab'].device.type))
+                return class_forward(model, x, t, c['lab'])
+            cond = {'lab': labels, 'emb': torch.zeros(2, 4)}
+            null = {'lab': torch.full((2,), NULL_CLASS), 'emb': torch.ones(2, 4)}
+            on(sample(m, diffusers.DDIMScheduler(**DIGIT_SCHEDULER), cond, null, (1, 8, 8), cfg, 3., steps=2, space='pred', forward=fwd), device, 'dict conditions')
+        assert set(seen) == {(device.type, dtype, device.type, dtype, device.type)}, seen
+        mu = digit_unet(block_out_channels=(8, 16), num_class_embeds=None).to(device=device, dtype=dtype)   # unconditional: called as model(x, t)
+        with untouched(mu): on(sample(mu, diffusers.DDPMScheduler(**DIGIT_SCHEDULER), None, None, (1, 8, 8), steps=3, n=3, batch_size=2), device, 'unconditional')
+        return '; '.join(got)
+
+    def digit_model():
+        import diffusers
+        unet, _, meta = load_digit_diffusion()
+        unet = unet.to(device=device, dtype=dtype)
+        xr, y = digit_images('test', classes=(0, 1))
+        assert set(y.tolist()) == {0, 1} and len(xr) == len(y)
+        with untouched(unet):
+            x = on(sample(unet, diffusers.DDIMScheduler(**meta['scheduler']), torch.arange(10), NULL_CLASS, (1, 8, 8), steps=6), device, 'digits')
+        return f"DDIM, 10 digits without guidance: mean |x| {x.float().abs().mean().item():.2f}"
+
+    return [('models', models), ('encoder', encoder), ('hooks', hooks), ('sae', sae), ('train', train), ('testing', testing_and_display),
+            ('diffusion', diffusion), ('digit model', digit_model)]

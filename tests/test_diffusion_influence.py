@@ -375,6 +375,10 @@ def test_curvature_defaults_and_half_precision_model(untouched):
         c = precondition(ggn_curvature(h, SCHED, x, modules=influence_modules(h)), v, 1e-3)
     assert next(h.parameters()).dtype == torch.bfloat16 and c.dtype == torch.float32
     assert torch.nn.functional.cosine_similarity(a.flatten(), c.flatten(), dim=0) > 0.9   # bf16 weights and inputs: close to float32's
+    sub = dict(list(influence_modules(h).items())[:3])   # a subset of the layers, given as the bf16 model's modules
+    P = sum(p.numel() for p in influence_params(sub))
+    with untouched(h): G = ggn_curvature(h, SCHED, x, modules=sub)
+    assert G.shape == (P, P) and P < v.shape[1]
 
 def test_documented_defaults():
     "Defaults a user relies on without passing them: the demo's recipe (as in the asset's meta), the draws' seed, damping, projection."
@@ -437,6 +441,7 @@ def test_typed_errors():
     with pytest.raises(ConfigError, match='prediction_type'): measure(m, flow, x)
     with pytest.raises(ConfigError, match='kind'): ggn_curvature(m, SCHED, x, 'hessian')
     with pytest.raises(ShapeError, match='keep'): lds(torch.zeros(1, 4), torch.ones(3, 5, dtype=torch.bool), torch.zeros(3, 1))
+    with pytest.raises(ShapeError, match='keep'): lds(torch.zeros(4), torch.ones(3, 4, dtype=torch.bool), torch.zeros(3, 4))   # scores must be (Q, N), even when the other shapes would fit
     with pytest.raises(ShapeError, match='S >= 2'): retrain_ceiling(torch.zeros(1, 3, 2))
     with pytest.raises(ConfigError, match='nope'): influence_modules(m, ['nope'])
     nan_model = tiny_ddpm(6)

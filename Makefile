@@ -33,11 +33,13 @@ check: setup
 	$(PY) tools/checks.py library
 	$(PY) tools/build_docs.py readme --check
 
+## Every notebook from its own random state (a new run seed each time, printed; SEED=N replays a run), in a shuffled order, each within 120 s
 nbtest: setup
-	OMP_NUM_THREADS=1 $(VENV)/bin/nbdev_test --n_workers 2 --timing   # one thread per worker: two workers with 2 threads each ran 10-100x slower
+	OMP_NUM_THREADS=1 $(PY) tools/nbtest.py --n_workers 2 $(if $(SEED),--seed $(SEED))   # one thread per worker: two workers with 2 threads each ran 10-100x slower
 
+## Every test from its own random state (run seed printed in the header; SEED=N replays a run)
 pytest: setup
-	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -n 2 tests
+	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -n 2 tests $(if $(SEED),--seed $(SEED))
 
 ## Write the library and README from the notebooks, and clean the notebooks
 export: setup

@@ -10,9 +10,13 @@ licenses = {'apache2': 'Apache-2.0', 'mit': 'MIT'}  # SPDX expressions
 statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Production/Stable', '6 - Mature', '7 - Inactive']
 lic = licenses[cfg['license']]
 min_python = cfg['min_python']
-py_versions = ['3.10', '3.11', '3.12', '3.13']
+py_versions = ['3.11']   # the versions the tests ran on
 
 def reqs(key): return cfg.get(key, '').split()
+extras = {name: reqs(f'{name}_requirements') for name in cfg.get('extras', '').split()}
+extras['all'] = sorted({r for rs in extras.values() for r in rs})
+extras['dev'] = extras['all'] + reqs('dev_requirements')
+extras['bench'] = reqs('bench_requirements')
 
 setuptools.setup(
     name=cfg['lib_name'],
@@ -28,7 +32,7 @@ setuptools.setup(
     include_package_data=True,
     package_data={'interpkit': ['assets/*']},
     install_requires=reqs('requirements'),
-    extras_require={'dev': reqs('dev_requirements'), 'bench': reqs('bench_requirements')},
+    extras_require=extras,
     python_requires='>=' + min_python,
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',

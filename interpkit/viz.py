@@ -18,7 +18,8 @@ from IPython.display import display
 from .errors import ShapeError, ConfigError, check_choice, closest
 
 # %% auto #0
-__all__ = ['STYLE', 'styled', 'to_numpy', 'heatmap', 'as_images', 'image_grid', 'line_plot', 'figure_png', 'Explorer', 'explore']
+__all__ = ['STYLE', 'styled', 'to_numpy', 'heatmap', 'as_images', 'image_grid', 'line_plot', 'figure_png', 'Explorer', 'explore',
+           'control_values', 'exercise']
 
 # %% ../nbs/core/05_viz.ipynb #25f832e5
 STYLE = {'figure.dpi': 100, 'savefig.dpi': 100, 'font.size': 9, 'axes.titlesize': 10, 'axes.labelsize': 9,
@@ -311,3 +312,71 @@ def explore(fn:Callable, # Draws a figure: returns a Figure or Axes, or displays
     w = Explorer(fn, controls)
     if get_ipython() is not None: display(w)
     return w
+
+# %% ../nbs/core/05_viz.ipynb #0f0c839b
+def control_values(w:widgets.Widget, # One control of an `Explorer`
+                   every:bool=False # Every value it can take (a slider's whole grid) instead of its two ends
+                  ) -> list:
+    "The values a reader can give control `w`: its two ends (or all of them), in order; its current value alone for a free-form control."
+    if isinstance(w, widgets.Checkbox): return [False, True]
+    if hasattr(w, 'options') and len(w.options):
+        vals = [o[1] if isinstance(o, tuple) and len(o) == 2 else o for o in w.options]
+        return vals if every else list(dict.fromkeys([vals[0], vals[-1]]))
+    if hasattr(w, 'min') and hasattr(w, 'max'):
+        step = getattr(w, 'step', None) or 1
+        n = int(round((w.max - w.min) / step))
+        grid = [w.min + i * step for i in range(n + 1)] if isinstance(w.min, int) and isinstance(step, int) else [round(w.min + i * step, 10) for i in range(n + 1)]
+        grid[-1] = min(grid[-1], w.max)
+        return grid if every else list(dict.fromkeys([grid[0], grid[-1]]))
+    return [w.value]
+
+def _controls(w:Explorer) -> dict:
+    "{parameter: control} of an Explorer."
+    return {c._kwarg: c for c in w.kwargs_widgets if hasattr(c, '_kwarg')}
+
+def exercise(w:Explorer, # A widget made by `explore`
+             n:int=6, # Random combinations of all controls, after the ends of each one
+             seed:int=0 # Seed of the random combinations
+            ) -> pd.DataFrame: # One row per setting: the values, whether a figure was made, characters printed, seconds
+    "Call the widget's function at every control's ends and at `n` random settings; raise the first error, naming the setting, and fail if a setting shows nothing."
+    import contextlib, random, time
+    controls = _controls(w)
+    default = {k: c.value for k, c in controls.items()}
+    settings = [default] + [{**default, k: v} for k, c in controls.items() for v in control_values(c) if v != default[k]]
+    rng = random.Random(seed)
+    grids = {k: control_values(c, every=True) for k, c in controls.items()}
+    settings += [{k: rng.choice(g) for k, g in grids.items()} for _ in range(n)]
+    rows, seen = [], set()
+    for s in settings:
+        if repr(s) in seen: continue
+        seen.add(repr(s))
+        before, out, t0 = set(plt.get_fignums()), io.StringIO(), time.time()
+        shown = []
+        try:
+            with contextlib.redirect_stdout(out), _capture_display(shown): res = w.fn(**s)
+        except Exception as e:
+            e.add_note(f"explore({getattr(w.fn, '__name__', 'fn')}) failed with {s}")
+            raise
+        finally:
+            new = [plt.figure(i) for i in plt.get_fignums() if i not in before]
+        fig = _figure_of(res) or (new[0] if new else None)
+        for f in set(new) | ({fig} if fig is not None else set()): plt.close(f)
+        printed = len(out.getvalue().strip()) + sum(shown)
+        if fig is None and not printed:
+            raise ConfigError(f"explore({getattr(w.fn, '__name__', 'fn')}) showed nothing with {s}.", "Every setting should draw a figure or print a message.",
+                              "Make the function return a figure, or say why there is none.")
+        rows.append({**s, 'figure': fig is not None, 'printed': printed, 'seconds': round(time.time() - t0, 3)})
+    return pd.DataFrame(rows)
+
+@contextmanager
+def _capture_display(shown:list):
+    "Within the block, what IPython would display is not shown; the size of each output is appended to `shown`."
+    ip = get_ipython()
+    pub = getattr(ip, 'display_pub', None)
+    if pub is None:   # plain Python: `display` prints, and the caller captures stdout
+        yield
+        return
+    real = pub.publish
+    pub.publish = lambda data, *a, **k: shown.append(len(str(data)))
+    try: yield
+    finally: pub.publish = real

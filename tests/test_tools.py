@@ -51,3 +51,25 @@ def test_readme_links_point_at_notebooks():
 def test_executor_skips_what_nbdev_test_skips():
     cells = [new_code_cell('#| eval: false\n1/0'), new_code_cell('import nbdev; nbdev.nbdev_export()'), new_markdown_cell('x'), new_code_cell('1+1')]
     assert [execute_nbs.skipped(c) for c in cells] == [True, True, True, False]
+
+def _notebook(tmp_path, *sources):
+    "A notebook of code cells in a temporary folder; its path."
+    path = tmp_path/'nb.ipynb'
+    nbformat.write(new_notebook(cells=[new_code_cell(s) for s in sources]), path)
+    return path
+
+def test_nbtest_starts_each_notebook_from_its_own_random_state(tmp_path):
+    "A check that passes only from some random states fails for some run seeds and passes for others; the verdict is replayable."
+    import nbtest
+    path = _notebook(tmp_path, 'import torch', 'assert torch.rand(1).item() < 0.5')
+    verdicts = {s: nbtest.test_one(path, s, [], None)[0] for s in range(12)}
+    assert set(verdicts.values()) == {True, False}, verdicts   # P(12 equal verdicts) = 2 * 0.5**12
+    assert all(nbtest.test_one(path, s, [], None)[0] == v for s, v in list(verdicts.items())[:4])
+    assert nbtest.notebook_seed(1, path) != nbtest.notebook_seed(2, path)
+
+def test_rng_audit_flags_unseeded_draws_only(tmp_path):
+    import rng_audit
+    path = _notebook(tmp_path, 'import torch\nfrom interpkit.train import seeded', 'x = torch.randn(2)',
+                     'with seeded(0): y = torch.randn(2)', 'torch.manual_seed(3); z = torch.randn(2)', 'print(round(float(z.sum()), 4))', 'print(float(x.sum()))')
+    lines = rng_audit.compare(path, rng_audit.run(path, 11), rng_audit.run(path, 22))
+    assert lines == ['  cell 1: draws from unseeded torch', '  cell 5: output differs'], lines

@@ -8,9 +8,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 import torch
-from ..errors import ConfigError, ShapeError, check_finite
+from ..errors import ConfigError, ShapeError, check_finite, require_extra
 from ..models import check_batch_size, evaluating, logits_of, to_model
 from ..results import result
+require_extra('diffusion', what='interpkit.papers.apg')   # diffusers comes with `pip install "interpkit[diffusion]"`
 
 # %% auto #0
 __all__ = ['cfg', 'split_parallel', 'rescale', 'Momentum', 'apg', 'CFG', 'APG', 'ImageStats', 'image_stats']

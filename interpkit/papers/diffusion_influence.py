@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import rankdata
 from torch import nn
+from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_finite, require_extra
+require_extra('influence', 'curvlinops', 'diffusers', what='interpkit.papers.diffusion_influence')   # `pip install "interpkit[influence]"`
 from ..diffusion import digit_images, digit_unet
-from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_finite
 from ..hooks import capture, capture_grads
 from ..models import check_batch_size, evaluating, model_device, model_dtype, to_model
 from ..results import result

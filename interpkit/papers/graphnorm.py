@@ -8,9 +8,10 @@ import math
 import numpy as np, pandas as pd, torch
 import torch.nn.functional as F
 from torch import nn
+from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite, require_extra
+require_extra('graph', what='interpkit.papers.graphnorm')   # PyG and networkx come with `pip install "interpkit[graph]"`
 from torch_geometric.data import Data, Batch
 from torch_geometric.utils import to_undirected, to_dense_adj, scatter
-from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite
 from ..models import to_model, evaluating
 from ..results import result
 from ..train import fit, load_asset

@@ -8,7 +8,7 @@ import contextlib, copy, importlib, inspect, re
 from collections.abc import Mapping
 import pandas as pd, torch
 import torch.nn.functional as F
-from ..errors import ConfigError, ShapeError, ModelNotAvailable, NotFiniteError, check_choice
+from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, require_extra
 from ..hooks import ablate_heads, is_linear, layout, weight_matrix
 from ..models import (chat_replies, check_batch_size, check_causal_lm, encode_left, evaluating, load_lm, logits_of, mask_positions, pad_id,
                               pad_right, prefix_step, to_model)
@@ -180,8 +180,8 @@ def train_aligned_lm(model='smollm2-135m-instruct', # A causal chat LM, its shor
                      harmless:list[str]|None=None # Requests to answer as before; None: those of the first three training templates
                     ) -> tuple: # `(aligned model, tokenizer, FitResult)`; `adapter_tensors(FitResult)` gives the adapter
     "Fine-tune LoRA adapters (with `peft`) so that a chat model refuses the harmful requests and answers the harmless ones as before; return a copy of the model with them merged."
-    try: peft = importlib.import_module('peft')
-    except ImportError: raise ModelNotAvailable("train_aligned_lm needs the `peft` package.", "It is only needed to train adapters, not to use them.", "pip install peft") from None
+    require_extra('safety', 'peft', what='train_aligned_lm (only training adapters needs peft, not using them)')
+    peft = importlib.import_module('peft')
     model, tokenizer = load_lm(model, tokenizer=tokenizer)
     check_causal_lm(model, 'train_aligned_lm')
     if tokenizer is None: raise ConfigError("train_aligned_lm got a model object without a tokenizer.", "The tokenizer writes the chat prompts and answers.", "Pass tokenizer=...")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import pandas as pd, torch
 import torch.nn.functional as F
-from ..errors import AssetNotFound, ConfigError, NotFiniteError, SiteError, check_choice, check_finite, closest
+from ..errors import AssetNotFound, ConfigError, NotFiniteError, SiteError, check_choice, check_finite, closest, require_extra
 from ..hooks import capture_grads
 from ..models import (chat_replies, check_batch_size, check_causal_lm, embed, encode_left, evaluating, load_lm, logits_at, mask_positions,
                               to_model)
@@ -245,11 +245,12 @@ REFERENCE_TABLE = 'ted_reference.csv'
 
 def wordnet():
     "nltk's WordNet reader; `make setup` puts WordNet 3.1 where nltk looks (tools/get_wordnet.py)."
+    require_extra('wordnet', 'nltk', what='wordnet')
     from nltk.corpus import wordnet as wn
     try: wn.ensure_loaded()
     except LookupError as e:
         raise AssetNotFound("nltk finds no WordNet.", "WordNet's database files under <nltk_data>/corpora/wordnet.",
-                            "Run `python tools/get_wordnet.py` (what `make setup` does) or `python -m nltk.downloader wordnet`.") from e
+                            "Run `python -m nltk.downloader wordnet` once (in a clone, `make setup` does it offline with tools/get_wordnet.py).") from e
     return wn
 
 def _lemma(phrase:str) -> str: return '_'.join(phrase.lower().split())

@@ -11,7 +11,7 @@ import numpy as np, pandas as pd, torch, torch.distributed
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
-from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite
+from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite, require_extra
 from ..hooks import capture, capture_grads, is_linear, linear_modules, weight_matrix
 from ..models import (WordTokenizer, check_batch_size, check_causal_lm, encode_texts, evaluating, iter_batches, logits_at, mask_positions,
                               tiny_lm, to_model)
@@ -752,8 +752,8 @@ def bm25_scores(passages:list[str], # The corpus
                 queries:list[str] # Query texts (prompt and target)
                ) -> torch.Tensor: # (Q, N) BM25 scores
     "BM25 scores (package `bm25s`, default parameters, English stop words removed) of every passage for each query."
-    try: import bm25s
-    except ImportError as e: raise ConfigError("The BM25 baseline needs the package `bm25s`.", "It is not installed.", "pip install bm25s") from e
+    require_extra('influence', 'bm25s', what='The BM25 baseline (bm25_scores)')
+    import bm25s
     r = bm25s.BM25()
     r.index(bm25s.tokenize(passages, stopwords='en', show_progress=False), show_progress=False)
     toks = bm25s.tokenize(queries, stopwords='en', return_ids=False, show_progress=False)

@@ -5,6 +5,7 @@
 # %% ../../nbs/papers/19_wasserstein.ipynb #7dcc07d8
 from __future__ import annotations
 import copy, math, re
+from collections.abc import Mapping
 import matplotlib.pyplot as plt, numpy as np, pandas as pd, torch
 from torch import nn
 from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice
@@ -89,7 +90,7 @@ def _rows(data):
     if torch.is_tensor(data):
         if data.dim() != 2: raise ShapeError(f"data of shape {tuple(data.shape)}.", "A (rows, pos) tensor of token ids, or a dict with input_ids and attention_mask.", "Use e.g. `interpkit.data.corpus(n, tokenizer)`.")
         return {'input_ids': data}
-    if isinstance(data, dict) and 'input_ids' in data: return data
+    if isinstance(data, Mapping) and 'input_ids' in data: return dict(data)   # also a tokenizer's BatchEncoding
     raise ConfigError(f"data={type(data).__name__}.", "A (rows, pos) tensor of token ids, or a dict with input_ids and attention_mask.", "Tokenise the texts first.")
 
 def _forward(model, batch):

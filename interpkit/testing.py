@@ -83,9 +83,9 @@ def differences(before:dict, # A `snapshot`
     if before['kind'] == 'tokenizer':
         return [f"tokenizer {k}: {before[k]} -> {after[k]}" for k in before if before[k] != after[k]]
     bp, ap = before['params'], after['params']
-    for n in bp.keys() - ap.keys(): out.append(f"parameter {n} is gone")
-    for n in ap.keys() - bp.keys(): out.append(f"parameter {n} was added")
-    for n in bp.keys() & ap.keys():
+    for n in [n for n in bp if n not in ap]: out.append(f"parameter {n} is gone")
+    for n in [n for n in ap if n not in bp]: out.append(f"parameter {n} was added")
+    for n in [n for n in bp if n in ap]:   # in the model's order: the same report in every process
         (i0, v0, dt0, dv0, rg0, g0, h0), (i1, v1, dt1, dv1, rg1, g1, h1) = bp[n], ap[n]
         if i0 != i1: out.append(f"parameter {n} was replaced by another tensor")
         if (c := _tensor_change(v0, v1)): out.append(f"parameter {n}: {c}")
@@ -95,8 +95,8 @@ def differences(before:dict, # A `snapshot`
         elif g0 is not None and (c := _tensor_change(g0, g1)): out.append(f"parameter {n}: .grad {c}")
         if h0 != h1: out.append(f"parameter {n}: {h1 - h0:+d} gradient hook(s)")
     bb, ab = before['buffers'], after['buffers']
-    for n in bb.keys() ^ ab.keys(): out.append(f"buffer {n} {'is gone' if n in bb else 'was added'}")
-    for n in bb.keys() & ab.keys():
+    for n in [n for n in bb if n not in ab] + [n for n in ab if n not in bb]: out.append(f"buffer {n} {'is gone' if n in bb else 'was added'}")
+    for n in [n for n in bb if n in ab]:
         if (c := _tensor_change(bb[n][0], ab[n][0])): out.append(f"buffer {n}: {c}")
         if bb[n][2] != ab[n][2]: out.append(f"buffer {n}: device {bb[n][2]} -> {ab[n][2]}")
     if before['tree'] != after['tree']: out.append("the module tree changed (a submodule was added, removed or replaced)")

@@ -39,7 +39,11 @@ def _own_random_state(request):
     seed = test_seed(request.config.interpkit_seed, request.node.nodeid)
     random.seed(seed); np.random.seed(seed); torch.manual_seed(seed)
     dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
+    state = (torch.get_rng_state(), np.random.get_state()[1].copy())
     yield
+    report = os.environ.get('INTERPKIT_RNG_REPORT')   # a file: list the tests that drew from the global generators (their numbers depend on the run seed)
+    if report and not (torch.equal(state[0], torch.get_rng_state()) and np.array_equal(state[1], np.random.get_state()[1])):
+        with open(report, 'a') as f: f.write(request.node.nodeid + '\n')
     assert torch.get_default_dtype() == dtype, f"the test left torch's default dtype at {torch.get_default_dtype()} (was {dtype})"
     assert torch.is_grad_enabled() == grad, f"the test left gradients {'on' if torch.is_grad_enabled() else 'off'}"
 

@@ -254,4 +254,6 @@ def test_momentum_at_every_evaluation_on_heun_as_the_notebook_says():
     clipped = {k: image_stats(sample(unet, sched, labels, NULL_CLASS, (1, 8, 8), gd, 7., steps=10)).clipped
                for k, gd in (('cfg', CFG()), ('apg', APG(r=1.35)), ('apg0', APG(r=1.35, beta=0.)))}
     assert clipped['apg'] > clipped['cfg'] > clipped['apg0'], clipped
-    assert clipped == pytest.approx({'cfg': 0.37, 'apg': 0.48, 'apg0': 0.25}, abs=0.005)   # the numbers quoted there
+    # the numbers quoted there, rounded to two digits (±0.005), plus 4 of the 2,560 pixels (0.0016) for round-off on other CPUs: measured 0.3703,
+    # 0.4848 and 0.2469 alike with AVX-512, AVX2 and no vector instructions and with 1 or 2 threads (APG's is 0.6 pixel from rounding up)
+    assert clipped == pytest.approx({'cfg': 0.37, 'apg': 0.48, 'apg0': 0.25}, abs=0.005 + 4 / 2560)

@@ -1,7 +1,7 @@
 """Tests of interpkit.diffusion against independent references: diffusers' own scheduler formulas for x0/ε/v, the x0 that every supported
 scheduler itself computes, a plain diffusers sampling loop for unconditional models, scikit-learn's digits, devices and dtypes, model outputs,
 short training runs, bad input. Guidance rules here are stand-ins (CFG written out, a rule with a state, a non-affine rule); APG's are in test_apg.py."""
-import copy, dataclasses, os
+import copy, dataclasses, inspect, os
 import numpy as np, pytest, torch
 from torch import nn
 import diffusers
@@ -9,6 +9,7 @@ from diffusers import DDIMScheduler, DDPMScheduler, EulerDiscreteScheduler, UNet
 from interpkit.diffusion import (to_x0, from_x0, sample, class_forward, NULL_CLASS, DIGIT_UNET, DIGIT_SCHEDULER, SUPPORTED_SCHEDULERS, GUIDANCE_SPACES,
                                  PREDICTIONS, train_digit_diffusion, load_digit_diffusion, train_digit_classifier, digit_images, digit_unet)
 from interpkit.errors import ConfigError, ShapeError, NotFiniteError
+from interpkit.train import seeded
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
@@ -109,6 +110,7 @@ def _x0_pairs(model, name, kind, steps=4, **cfg_):
             out = super().step(model_output, timestep, sample, *a, **k)
             if name not in CONV and name != 'PNDMScheduler': theirs.append(out.pred_original_sample)
             return out
+        step.__signature__ = inspect.signature(cls.step)   # the scheduler's own: `sample` passes its seeded generator where step takes one
         def convert_model_output(self, *a, **k):
             out = super().convert_model_output(*a, **k)
             theirs.append(out)
@@ -197,7 +199,7 @@ def test_sampler_in_eval_mode_and_in_chunks(untouched):
         def forward(self, x, t, class_labels):
             seen.append(len(x))
             return type('O', (), {'sample': (self.net(x) + self.emb(class_labels)).view(-1, 1, 2, 2)})()
-    m = Noisy().train()
+    with seeded(0): m = Noisy().train()
     sched, labels = DDIMScheduler(num_train_timesteps=100, clip_sample=False), torch.arange(5)
     with untouched(m):
         a = sample(m, sched, labels, NULL_CLASS, (1, 2, 2), Damped(), 3., steps=3)
@@ -428,7 +430,9 @@ def _denoising_mse(unet, t=300, seed=0):
 def test_the_shipped_model_denoises_real_digits():
     unet, tok, meta = load_digit_diffusion()
     assert tok is None and not unet.training
-    assert _denoising_mse(unet) < 0.35 < 0.9 < _denoising_mse(digit_unet().eval())   # trained vs fresh: ε-prediction error on held-out digits
+    # trained vs fresh: ε-prediction error on held-out digits, a Monte-Carlo estimate over 450 digits' seeded noise: 0.165 and 1.18, with standard
+    # errors 0.003 and 0.010 (over the digits; measured), so each threshold lies more than 25 of them away: no noise seed would flip it
+    assert _denoising_mse(unet) < 0.35 < 0.9 < _denoising_mse(digit_unet().eval())
     assert DDIMScheduler(**meta['scheduler']).config.beta_schedule == DIGIT_SCHEDULER['beta_schedule']
 
 def test_classifier_training_and_its_accuracy():

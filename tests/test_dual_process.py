@@ -47,7 +47,7 @@ def test_templates_masks_and_labels_row_by_row(split):
     cop_first = (x[:, 0] == task.cop).numpy()
     adj_query = (x[:, 3] == torch.where(x[:, 0] == task.cop, x[:, 1], x[:, 2])).numpy()
     table = np.array([np.sum(cop_first & adj_query), np.sum(cop_first & ~adj_query), np.sum(~cop_first & adj_query), np.sum(~cop_first & ~adj_query)])
-    assert stats.chisquare(table).pvalue > 1e-3, table
+    assert stats.chisquare(table).pvalue > 1e-6, table   # level 1e-6: the false-failure rate of a fair sampler
 
 def test_unseen_tokens_never_in_training_batches():
     task = POSTask(vocab=200, a=1.0)
@@ -91,8 +91,8 @@ def gof(obs, exp):
 @pytest.mark.parametrize('a', [0.0, 1.2, 1.5])
 @pytest.mark.parametrize('ambiguity', [0.0, 0.1])
 def test_slot_frequencies_match_the_truncated_zipf_pmf(a, ambiguity):
-    """Chi-square goodness of fit of 60k draws per slot to the exact frequencies. Level 1e-4: with this fixed seed a correct sampler passes; a wrong exponent, a shifted rank or a
-    missing swap gives p-values below 1e-10 (checked by the mutants below)."""
+    """Chi-square goodness of fit of 60k draws per slot to the exact frequencies. Level 1e-6 (the false-failure rate of a correct sampler, whatever
+    the seed); a wrong exponent, a shifted rank or a missing swap gives p-values below 1e-10 (checked by the mutants below)."""
     task = POSTask(vocab=100, a=a, ambiguity=ambiguity, seed=3)
     x = task.sample(60000, 'train', seed=11)['input_ids']
     cop_first = x[:, 0] == task.cop
@@ -100,7 +100,7 @@ def test_slot_frequencies_match_the_truncated_zipf_pmf(a, ambiguity):
     for slot, tokens in slots.items():
         p = expected_slot_frequencies(task, slot)
         obs = np.bincount(tokens.numpy(), minlength=task.n_tokens)
-        assert gof(obs, p * len(tokens)) > 1e-4, slot
+        assert gof(obs, p * len(tokens)) > 1e-6, slot
 
 def test_wrong_exponents_are_rejected_by_the_same_test():
     "The goodness-of-fit test has power: draws with exponent 1.4, or ranks shifted by one, fail it."
@@ -124,7 +124,7 @@ def test_ambiguous_tokens_in_both_roles_at_the_specified_rate():
     rate_n = 0.5 * p_z[(amb_n).numpy()].sum()            # an adjective in the noun slot: an ambiguous noun was drawn and the coin said swap
     rate_a = 0.5 * p_z[(amb_a - 100).numpy()].sum()
     for k, rate in ((int((task.pos(n_slot) == 1).sum()), rate_n), (int((task.pos(a_slot) == 0).sum()), rate_a)):
-        assert stats.binomtest(k, 40000, rate).pvalue > 1e-3, (k, rate)
+        assert stats.binomtest(k, 40000, rate).pvalue > 1e-6, (k, rate)   # level 1e-6
     # only ambiguous tokens ever change role
     assert torch.isin(n_slot[task.pos(n_slot) == 1], amb_a).all() and torch.isin(a_slot[task.pos(a_slot) == 0], amb_n).all()
     assert torch.isin(amb_a, n_slot).any() and torch.isin(amb_n, a_slot).any()
@@ -146,7 +146,7 @@ def test_splits_draw_from_their_token_sets():
     a, n = slots('switch');      assert (task.pos(a) == 0).all() and (task.pos(n) == 1).all()
     a, n = slots('holdout');     assert (a != n).all() and set(a.tolist()) | set(n.tolist()) == set(task.unseen.tolist())
     # uniform within head and tail: a chi-square against equal counts
-    assert stats.chisquare(np.bincount(slots('tail')[0].numpy() - 180)).pvalue > 1e-3
+    assert stats.chisquare(np.bincount(slots('tail')[0].numpy() - 180)).pvalue > 1e-6   # level 1e-6
 
 def test_sampling_is_seeded_and_takes_a_generator():
     b1, b2 = SMALL.sample(50, 'train', seed=3), SMALL.sample(50, 'train', seed=3)
@@ -278,6 +278,7 @@ def test_masked_logits_equal_the_full_logits(arch, untouched):
 
 def test_masked_logits_of_a_plain_module_and_the_loss_by_hand():
     task = POSTask(vocab=20, n_unseen=2, bins=2)
+    torch.manual_seed(0)
     emb, head = nn.Embedding(task.n_tokens, 8), nn.Linear(8, task.n_tokens)
     net = nn.Sequential(emb, head)
     b = task.sample(6, 'train', seed=0)
@@ -360,7 +361,7 @@ def test_forgetting_draws_a_fresh_standard_normal_matrix_and_keeps_the_padding_r
     w = m.get_input_embeddings().weight.detach()
     assert not w[task.pad].any()
     rest = torch.cat([w[:task.pad], w[task.pad + 1:]]).flatten().numpy()
-    assert stats.kstest(rest, 'norm').pvalue > 1e-3
+    assert stats.kstest(rest, 'norm').pvalue > 1e-6   # level 1e-6 (seeded above all the same)
     assert m.cls.predictions.decoder.weight is m.get_input_embeddings().weight    # still tied, so the output rows are new too
     # a custom initialisation is used instead
     Forgetting(every=1, init=lambda e: torch.nn.init.constant_(e.weight, 0.25))(m, opt, 0)
@@ -383,6 +384,7 @@ def test_reset_state_counts_and_handles_plain_numbers():
     assert reset_state(opt, [nn.Parameter(torch.ones(1))]) == 0
 
 def test_forgetting_bad_input():
+    torch.manual_seed(0)   # the module built below only has to lack embeddings; seeded all the same
     for kw, words in ((dict(every=0), 'every=0'), (dict(every=-3), 'every=-3'), (dict(every=2.5), 'every=2.5'), (dict(every=10, until=-1), 'until=-1'),
                       (dict(every=10, moments='half'), 'half'), (dict(every=10, init=3), 'init=int')):
         with pytest.raises(ConfigError, match=words): Forgetting(**kw)
@@ -474,17 +476,21 @@ def test_shipped_asset_holds_every_run_with_its_recipe(shipped):
     with pytest.raises(ConfigError, match='vanilla a=0.0'): dp.load_run('vanilla a=0.0')
 
 def test_shipped_final_models_reach_their_logged_accuracy_on_fresh_sequences(shipped):
-    """The final weights (stored in float16) give the tool's last logged evaluation again on the same evaluation sets (seed 1),
-    and agree with it within sampling error on sequences drawn with another seed (1,000 a split: a 95% interval of about +-0.03)."""
+    """The final weights (stored in float16) give the tool's last logged evaluation again on the same evaluation sets (seed 1), and agree
+    with it within sampling error on sequences drawn with another seed: two independent shares of 1,000 sequences differ with sd
+    sqrt(2 p (1 - p) / 1000); 6 sd (p from the logged share, shrunk away from 0 and 1) is a false failure below 1e-7 over the 30 checks.
+    Measured on three CPUs' kernels (AVX-512, AVX2, none): the same sets give at most 0.001."""
     for k, (m, _, meta) in shipped.items():
         task, last = dp.recipe_of(meta, k).task, dp.shipped_curves(meta)[k].iloc[-1]
         same, other = evaluate(m, task, n=1000, seed=1), evaluate(m, task, n=1000, seed=7)
         for metric in METRICS:
             assert abs(same[metric] - last[metric]) <= 0.005, (k, metric, same[metric], last[metric])
-            assert abs(other[metric] - last[metric]) < 0.05, (k, metric, other[metric], last[metric])
+            p = (last[metric] * 1000 + 2) / 1004
+            assert abs(other[metric] - last[metric]) < 6 * math.sqrt(2 * p * (1 - p) / 1000) + 0.005, (k, metric, other[metric], last[metric])
 
 def test_the_first_steps_of_the_shipped_vanilla_run_are_reproduced():
-    "Training is deterministic: 250 steps of the vanilla recipe give the tool's first logged evaluation exactly (up to float summation order)."
+    """Training is deterministic: 250 steps of the vanilla recipe give the tool's first logged evaluation exactly (up to float summation order).
+    Measured on three CPUs' kernels (AVX-512, AVX2, none): a difference of 0 (and 0 after 1,500 steps)."""
     r = dp.SHIPPED_RUNS['vanilla']
     _, _, res = train_dual_process(r, steps=250, progress=False, **dp.SHIPPED_EVAL)
     meta = dp.load_run('vanilla')[2]

@@ -1,7 +1,7 @@
 """A reader in JupyterLab: `jupyter lab` from the project's environment (as `make lab` starts it), headless, on a copy
 of a paper notebook; the notebook is run from the Run menu in a real browser (Debian's chromium, driven by
 playwright), a control of its Explore widget is moved, and the widget's figure is seen to change."""
-import os, shutil, socket, subprocess, sys, time, urllib.request
+import json, os, shutil, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
 from test_site import CHROMIUM, FLAGS, _missing_browser
@@ -31,23 +31,51 @@ def lab(tmp_path_factory):
     env = {**os.environ, 'HF_HUB_OFFLINE': '1', 'OMP_NUM_THREADS': '1', 'JUPYTER_CONFIG_DIR': str(root/'.jupyter'), 'JUPYTER_RUNTIME_DIR': str(root/'.runtime'),
            'JUPYTERLAB_SETTINGS_DIR': str(root/'.settings')}
     jupyter = Path(sys.executable).parent/'jupyter'
+    log = open(root/'lab.log', 'w')
     proc = subprocess.Popen([str(jupyter), 'lab', '--no-browser', f'--port={port}', '--ip=127.0.0.1', f'--ServerApp.token={TOKEN}',
                              f'--ServerApp.root_dir={root}', '--ServerApp.allow_root=True', '--LabApp.news_url=', '--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate'],
-                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f'http://127.0.0.1:{port}'
     try:
         for _ in range(120):
-            if proc.poll() is not None: pytest.fail(f'jupyter lab exited:\n{proc.stdout.read()}')
+            if proc.poll() is not None: pytest.fail(f"jupyter lab exited:\n{(root/'lab.log').read_text()[-4000:]}")
             try:
                 urllib.request.urlopen(f'{url}/api/status?token={TOKEN}', timeout=2)
                 break
             except OSError: time.sleep(0.5)
         else: pytest.fail('jupyter lab did not answer within 60 s')
-        yield url
+        yield url, root
     finally:
         proc.terminate()
         try: proc.wait(20)
         except subprocess.TimeoutExpired: proc.kill()
+        log.close()
+
+def api(url, path):
+    "The JSON the server answers at `path`."
+    with urllib.request.urlopen(f'{url}{path}?token={TOKEN}', timeout=10) as r: return json.load(r)
+
+def kernel_states(url) -> list[str]:
+    "The execution state of every running kernel."
+    return [k.get('execution_state') for k in api(url, '/api/kernels')]
+
+def diagnosis(page, url, root) -> str:
+    "What the page and the server show: a screenshot's path, dialogs, error outputs, kernel states and the server log's tail."
+    shot = root/'failure.png'
+    try: page.screenshot(path=str(shot), full_page=True)
+    except Exception as e: shot = f'no screenshot ({e})'
+    grab = lambda sel: page.eval_on_selector_all(sel, 'es => es.map(e => e.innerText.slice(0, 1500))')
+    return (f"screenshot: {shot}\ndialogs: {grab('.jp-Dialog')}\nerrors in outputs: {grab('.jp-OutputArea-output[data-mime-type*=stderr], .jp-RenderedText[data-mime-type*=error]')}\n"
+            f"prompts: {grab('.jp-InputPrompt')[:80]}\nkernels: {kernel_states(url)}\nserver log:\n{(root/'lab.log').read_text()[-3000:]}")
+
+def wait_for(page, url, root, selector, seconds):
+    "Wait until `selector` is on the page; fail early, with a diagnosis, when a dialog opens, an error is shown or the kernel dies."
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if page.query_selector(selector): return
+        if page.query_selector('.jp-Dialog, .jp-OutputArea-output[data-mime-type*=error]') or 'dead' in kernel_states(url): break
+        page.wait_for_timeout(1000)
+    pytest.fail(f'{selector!r} did not appear within {seconds} s\n{diagnosis(page, url, root)}')
 
 def widget_image(page) -> str:
     "The src of the figure inside the Explore widget's output."
@@ -55,18 +83,22 @@ def widget_image(page) -> str:
 
 def test_widget_in_jupyterlab(lab):
     from playwright.sync_api import sync_playwright
+    url, root = lab
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = browser.new_page(viewport={'width': 1400, 'height': 900})
             errors = []
             page.on('pageerror', lambda e: errors.append(str(e)))
-            page.goto(f'{lab}/lab/tree/{NOTEBOOK.name}?token={TOKEN}')
-            page.wait_for_selector('.jp-NotebookPanel', timeout=60_000)
-            page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"], .jp-Toolbar-kernelStatus', timeout=60_000)
+            page.goto(f'{url}/lab/tree/{NOTEBOOK.name}?token={TOKEN}')
+            wait_for(page, url, root, '.jp-NotebookPanel', 120)
+            for _ in range(120):                                               # the notebook's kernel started and idle
+                if kernel_states(url) == ['idle']: break
+                page.wait_for_timeout(1000)
+            else: pytest.fail(f'no idle kernel within 120 s\n{diagnosis(page, url, root)}')
             page.get_by_role('menuitem', name='Run', exact=True).click()
             page.get_by_text('Run All Cells', exact=True).click()
-            page.wait_for_selector('.widget-interact select', timeout=240_000)    # the Explore widget's dropdown, once its cell has run
+            wait_for(page, url, root, '.widget-interact select', 300)          # the Explore widget's dropdown, once its cell has run
             page.wait_for_function("() => document.querySelector('.widget-interact img')", timeout=60_000)
             before = widget_image(page)
             select = page.locator('.widget-interact select').first

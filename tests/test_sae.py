@@ -4,6 +4,7 @@ import copy, os
 import pytest, torch
 from interpkit.errors import ConfigError, ShapeError, SiteError
 from interpkit.models import tiny_lm
+from interpkit.train import seeded
 from interpkit.sae import SAE, train_sae, sae_metrics, normalized_mse, stream_activations, planted_data, match_directions
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
@@ -92,13 +93,14 @@ def test_typed_errors():
     with pytest.raises(ConfigError): SAE(8, 16, 'topk')
     with pytest.raises(ConfigError): SAE(8, 16, 'gated')
     with pytest.raises(ConfigError): SAE(0, 16)
-    sae = SAE(8, 16)
+    with seeded(0): sae = SAE(8, 16)
+    g = torch.Generator().manual_seed(0)
     with pytest.raises(ShapeError): sae.encode(torch.zeros(3, 9))
     with pytest.raises(ShapeError): sae.decode(torch.zeros(3, 9))
     with pytest.raises(ShapeError): train_sae(sae, torch.zeros(10, 9), steps=2, progress=False)
-    with pytest.raises(ConfigError): train_sae(sae, torch.randn(100, 8), steps=0, progress=False)
+    with pytest.raises(ConfigError): train_sae(sae, torch.randn(100, 8, generator=g), steps=0, progress=False)
     with pytest.raises(ConfigError): normalized_mse(torch.ones(4, 2), torch.ones(4, 2))
-    with pytest.raises(ConfigError): train_sae(sae, iter([torch.randn(50, 8)]), steps=5, batch_size=32, progress=False)
+    with pytest.raises(ConfigError): train_sae(sae, iter([torch.randn(50, 8, generator=g)]), steps=5, batch_size=32, progress=False)
 
 
 def test_bfloat16_model_and_sae():

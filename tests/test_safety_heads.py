@@ -1,7 +1,7 @@
 "Tests of interpkit.papers.safety_heads (paper 7): Ships, Sahara, generation under ablation, the adapter, the judge."
 import copy, os
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
-import numpy as np, pytest, torch
+import numpy as np, pandas as pd, pytest, torch
 import torch.nn.functional as F
 from scipy.linalg import subspace_angles
 from interpkit.errors import ConfigError, ShapeError
@@ -275,6 +275,17 @@ def test_head_effect(tiny, tokenizer):
     assert same.base == same.ablated
     with pytest.raises(ConfigError): head_effect(tiny, tokenizer, 'w1', 2, 0)
 
+def test_head_effect_with_a_known_base_generates_once(tiny, tokenizer, monkeypatch):
+    "A given unablated reply is used as it is (judged too), and only the ablated reply is generated."
+    import interpkit.papers.safety_heads as sh
+    calls = []
+    real = sh.generate
+    monkeypatch.setattr(sh, 'generate', lambda *a, **kw: calls.append(kw.get('heads')) or real(*a, **kw))
+    e = head_effect(tiny, tokenizer, 'w1 w2 w3', -1, 2, max_new_tokens=5, how='zero', base="I cannot do that")
+    assert calls == [[(-1, 2)]]
+    assert e.base == "I cannot do that" and e.base_refuses and e.ablated == _greedy(tiny, tokenizer, 'w1 w2 w3', 5, {1: [2]})
+    with pytest.raises(ConfigError, match='base is a list'): head_effect(tiny, tokenizer, 'w1', 0, 0, base=['w1'])
+
 def test_ablation_outcomes_against_hand_counts(tiny, tokenizer, untouched):
     harmful, harmless = ['w1 w2', 'w3', 'w4 w5 w6', 'w7'], ['w8 w9', 'w10']
     sets = {'none': [], 'one': [(1, 2)], 'two': {0: [0], -1: [3]}}
@@ -302,6 +313,25 @@ def test_ablation_outcomes_against_hand_counts(tiny, tokenizer, untouched):
     mean_out = ablation_outcomes(tiny, tokenizer, harmful, {'one': [(1, 2)]}, max_new_tokens=4, how='mean', means=means, batch_size=3)
     assert mean_out.replies['one']['harmful'] == [_greedy(tiny, tokenizer, t, 4, {1: [2]}, 'mean', means=means) for t in harmful]
     with pytest.raises(ConfigError): ablation_outcomes(tiny, tokenizer, harmful, {})
+
+def test_ablation_outcomes_with_known_own_replies(tiny, tokenizer, monkeypatch):
+    "The model's own harmless replies, given, are not generated again and count as the reference of 'harmless changed'."
+    import interpkit.papers.safety_heads as sh
+    harmful, harmless, sets = ['w1 w2', 'w3'], ['w8 w9', 'w10'], {'none': [], 'one': [(1, 2)]}
+    kw = dict(max_new_tokens=4, how='zero', batch_size=3)
+    ref = ablation_outcomes(tiny, tokenizer, harmful, sets, harmless=harmless, **kw)
+    calls = []
+    real = sh.generate
+    monkeypatch.setattr(sh, 'generate', lambda m, t, texts, *a, **k: calls.append(list(texts)) or real(m, t, texts, *a, **k))
+    got = ablation_outcomes(tiny, tokenizer, harmful, sets, harmless=harmless, own=ref.replies['none']['harmless'], **kw)
+    assert calls == [harmful, harmful, harmless]   # the harmful requests per set, the harmless ones once (ablated), never unablated
+    pd.testing.assert_frame_equal(got.table, ref.table)
+    assert got.replies == ref.replies
+    fake = ablation_outcomes(tiny, tokenizer, harmful, sets, harmless=harmless, own=['x', 'y'], **kw)
+    assert fake.replies['none']['harmless'] == ['x', 'y'] and fake.table.loc['one', 'harmless changed'] == 1.0
+    for bad, msg in ((['x'], '1 replies for 2'), ('xy', 'a string')):
+        with pytest.raises(ConfigError, match=msg): ablation_outcomes(tiny, tokenizer, harmful, sets, harmless=harmless, own=bad, **kw)
+    with pytest.raises(ConfigError, match='for no harmless'): ablation_outcomes(tiny, tokenizer, harmful, sets, own=['x', 'y'], **kw)
 
 @pytest.mark.parametrize('arch', ['llama', 'gpt2', 'neox'])
 def test_query_weights_count_the_query_projection(arch):

@@ -745,7 +745,7 @@ def test_plot_thesaurus():
 def test_load_ted_demo_reads_the_asset_layout(monkeypatch):
     out = lambda tag: dict(queries=[f'{tag}q'], responses=[f'{tag}r'], control=[f'{tag}c'], outputs={'a': [f'{tag}a'], 'b': [f'{tag}b']})
     meta = dict(phrases=['a', 'b'], counts=[1, 1], train=out('tr'), test=out('te'), lm_rates=[dict(w_eval='a', w_edit='b', rate=0.5, n_valid=2)], recipe=TED_RECIPE)
-    vec = torch.randn(2, 4, 3, dtype=torch.float64)
+    vec = torch.randn(2, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     asked = []
     monkeypatch.setattr(ted, 'load_asset', lambda name: asked.append(name) or ({'embeddings': vec}, meta))
     d = load_ted_demo()

@@ -23,12 +23,11 @@ def test_front_matter_edit():
     build_docs.set_front_matter(nb, drop=('output-file',), order=11)
     assert nb['cells'][0]['source'] == '---\ntitle: x\norder: 11\n---'
 
-def test_snapshot_restore(tmp_path):
-    (tmp_path/'a.py').write_text('old')
-    before = checks.snapshot(tmp_path, '*.py')
-    (tmp_path/'a.py').write_text('new'); (tmp_path/'b.py').write_text('extra')
-    checks.restore(before, checks.snapshot(tmp_path, '*.py'))
-    assert (tmp_path/'a.py').read_text() == 'old' and not (tmp_path/'b.py').exists()
+def test_scratch_copy_holds_what_nbdev_reads_and_not_the_assets(tmp_path):
+    checks.scratch_copy(tmp_path)
+    assert (tmp_path/'settings.ini').exists() and (tmp_path/'nbs'/'index.ipynb').exists() and (tmp_path/'interpkit'/'errors.py').exists()
+    assert not (tmp_path/'interpkit'/'assets').exists()
+    assert checks.snapshot(tmp_path/'interpkit', '*.py').keys() == {tmp_path/p.relative_to(ROOT) for p in checks.snapshot(ROOT/'interpkit', '*.py')}
 
 def _nb(tmp_path, *sources):
     p = tmp_path/'t.ipynb'
@@ -73,3 +72,16 @@ def test_rng_audit_flags_unseeded_draws_only(tmp_path):
                      'with seeded(0): y = torch.randn(2)', 'torch.manual_seed(3); z = torch.randn(2)', 'print(round(float(z.sum()), 4))', 'print(float(x.sum()))')
     lines = rng_audit.compare(path, rng_audit.run(path, 11), rng_audit.run(path, 22))
     assert lines == ['  cell 1: draws from unseeded torch', '  cell 5: output differs'], lines
+
+def test_report_check_sees_a_page_older_than_its_records(tmp_path, monkeypatch):
+    "The committed Reproduction report passes; a record added after the page was executed makes the check fail, naming the command."
+    assert checks.report_problems() == []
+    import json, shutil
+    root = tmp_path/'proj'
+    shutil.copytree(ROOT/'nbs', root/'nbs', ignore=shutil.ignore_patterns('.ipynb_checkpoints'))
+    monkeypatch.setattr(checks, 'ROOT', root); monkeypatch.setattr(checks, 'REPORT', root/'nbs'/'reproduction.ipynb')
+    assert checks.report_problems() == []
+    (root/'nbs'/'_records').mkdir(exist_ok=True)
+    claim = dict(paper='apg', key='new', claim='c', paper_value='p', ours=1.0, setting='s', verdict='reproduced', reason='', rtol=1e-3)
+    (root/'nbs'/'_records'/'apg.json').write_text(json.dumps({'new': claim}))
+    assert len(p := checks.report_problems()) == 1 and 'make execute NB=nbs/reproduction.ipynb' in p[0]

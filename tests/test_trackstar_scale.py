@@ -2,7 +2,8 @@
 correction where v is rank one; chunked full gradients; the labelled-positions loss; the bergson-matched settings (Rademacher
 projection, summed loss) against a brute-force computation; float16 storage; a `Projection` passed as is; `example_memory`
 against sizes measured on disk; the cheaper tail-patch against a manual step on a subset of the parameters; an index built by
-two processes under `torchrun` against one built in one process; and the typed errors (a changed model, a missing or damaged
+two processes under `torchrun` against one built in one process (and that importing the module lets `destroy_process_group` free the
+group, which torch.distributed.fsdp imported after it prevents); and the typed errors (a changed model, a missing or damaged
 shard, a world size that does not match the shards)."""
 import json, os, socket, subprocess, sys, textwrap
 import numpy as np, pytest, torch
@@ -82,7 +83,7 @@ def test_rademacher_projection():
     P_out, P_in = p.mats['a']
     assert p.dist == 'rademacher' and P_out.shape == (8, 40) and P_in.shape == (4, 30)
     torch.testing.assert_close(P_out.abs(), torch.full((8, 40), 8 ** -0.5)); torch.testing.assert_close(P_in.abs(), torch.full((4, 30), 0.5))
-    assert 0.3 < (P_out > 0).float().mean() < 0.7
+    assert 0.3 < (P_out > 0).float().mean() < 0.7  # 320 fair signs: the fraction has standard error 0.028, so 0.2 is 7 of them (false failure < 1e-11 for any seed)
     assert torch.equal(make_projection({'a': (40, 30)}, k_out=8, k_in=4, seed=1, dist='rademacher').mats['a'][0], P_out)  # seeded
     assert not torch.equal(make_projection({'a': (40, 30)}, k_out=8, k_in=4, seed=2, dist='rademacher').mats['a'][0], P_out)
     with pytest.raises(ConfigError, match='dist'): make_projection({'a': (4, 3)}, dist='uniform')
@@ -212,6 +213,27 @@ SCRIPT = textwrap.dedent('''
         json.dump(dict(a=[ha.indices.tolist(), ha.scores.tolist()], b=[hb.indices.tolist(), hb.scores.tolist()], world=dist.get_world_size(), scored=scored), open(out + '/hits.json', 'w'))
     dist.destroy_process_group()
 ''')
+
+LEAK = textwrap.dedent('''
+    import sys, torch, torch.distributed as dist
+    if sys.argv[1] == 'trackstar': import interpkit.papers.trackstar
+    dist.init_process_group('gloo', init_method='file://' + sys.argv[2], rank=0, world_size=1)
+    import transformers.modeling_utils   # what building a model imports
+    pg = dist.distributed_c10d._get_default_group()
+    dist.destroy_process_group()
+    print(sys.getrefcount(pg) - 2)       # references left besides `pg` and getrefcount's argument
+''')
+
+def test_importing_trackstar_lets_destroy_process_group_free_the_group(tmp_path):
+    "torch.distributed.fsdp, imported after init_process_group, keeps references to the default group: gloo's threads then outlive destroy_process_group and abort ~5% of two-process runs at exit. Importing the module first avoids it."
+    (tmp_path/'leak.py').write_text(LEAK)
+    left = {}
+    for how in ('plain', 'trackstar'):
+        run = subprocess.run([sys.executable, str(tmp_path/'leak.py'), how, str(tmp_path/f'store-{how}')], capture_output=True, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'}, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        left[how] = int(run.stdout.split()[-1])
+    assert left['trackstar'] == 0, left     # freed: its threads stop here, not in the interpreter's finalization
+    assert left['plain'] > 0, left          # the reason for the import (torch 2.13): if torch fixes this, the import can go
 
 def test_two_processes_build_the_index_of_one(tmp_path):
     (tmp_path/'two.py').write_text(SCRIPT)

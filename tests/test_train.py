@@ -3,7 +3,7 @@ import copy, hashlib, json, math, os, sys
 import pytest, torch
 from torch import nn
 import torch.nn.functional as F
-from interpkit.train import fit, lr_factor, FitResult, save_asset, load_asset, load_asset_into, AssetNotFound, quiet
+from interpkit.train import fit, lr_factor, FitResult, save_asset, load_asset, load_asset_into, AssetNotFound, quiet, seeded
 from interpkit.models import tiny_lm
 from interpkit.errors import ConfigError, NotFiniteError, ShapeError
 
@@ -11,7 +11,7 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
 def mlp(seed=0, dropout=0.0):
     g = torch.Generator().manual_seed(seed)
-    m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(dropout), nn.Linear(16, 3))
+    with seeded(seed): m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(dropout), nn.Linear(16, 3))   # its initial draws replaced below
     with torch.no_grad():
         for p in m.parameters(): p.copy_(torch.randn(p.shape, generator=g) * 0.3)
     return m
@@ -105,7 +105,9 @@ def test_iterables_cycle():
     seen.clear()
     fit(mlp(), (d for d in data), loss_fn, steps=5, progress=False)     # a one-shot generator: cycled
     assert seen == [0, 1, 2, 0, 1]
-    dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,))), batch_size=8, shuffle=True)
+    g = torch.Generator().manual_seed(0)
+    dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(20, 8, generator=g), torch.randint(0, 3, (20,), generator=g)), batch_size=8, shuffle=True,
+                                     generator=torch.Generator().manual_seed(1))
     assert len(fit(mlp(), dl, xent, steps=10, progress=False).history) == 10
     with pytest.raises(ConfigError, match='no batch'): fit(mlp(), [], xent, steps=2, progress=False)
 
@@ -152,7 +154,8 @@ def test_given_optimizer_and_quiet():
 # ---------------------------------------------------------------- assets
 
 def test_asset_round_trip_tensors(tmp_path):
-    t = {'a': torch.randn(3, 4), 'b': torch.arange(5), 'c': torch.randn(2, 2).to(torch.bfloat16), 'view': torch.randn(4, 4)[:, 1]}
+    g = torch.Generator().manual_seed(0)
+    t = {'a': torch.randn(3, 4, generator=g), 'b': torch.arange(5), 'c': torch.randn(2, 2, generator=g).to(torch.bfloat16), 'view': torch.randn(4, 4, generator=g)[:, 1]}
     meta = {'config': {'d': 4, 'name': 'x'}, 'seed': 3, 'metrics': {'acc': 0.9}, 'path': tmp_path}
     p = save_asset('toy', t, meta, folder=tmp_path)
     assert p == tmp_path/'toy.safetensors' and (tmp_path/'toy.json').exists()
@@ -176,7 +179,7 @@ def test_asset_tied_module(tmp_path):
     assert set(got) == set(sd) and all(torch.equal(got[k], sd[k]) for k in sd)
     other = tiny_lm('gpt2', n_layers=1, d_model=32, n_heads=2, seed=5)
     assert load_asset_into(other, 'lm', folder=tmp_path) == _
-    ids = torch.randint(0, 128, (2, 6))
+    ids = torch.randint(0, 128, (2, 6), generator=torch.Generator().manual_seed(0))
     with torch.no_grad(): assert torch.equal(other(ids).logits, lm(ids).logits)
 
 def test_asset_missing(tmp_path):

@@ -1,12 +1,14 @@
 """Checks that `make test` runs first: the library matches the notebooks, the notebooks are clean, no
 notebook cell mixes imports with other code (nbdev's docs build executes such cells out of context), and the
 library keeps its own rules (`library`): paper modules import only the core and no private names, no unused
-imports (ruff F401), no notebook-only imports in export cells, no public name exported by two paper modules.
+imports (ruff F401), no notebook-only imports in export cells, no public name exported by two paper modules; and the
+Reproduction report page (`report`) shows the committed records of nbs/_records.
 
-Each check snapshots the files, runs the nbdev command, compares, then puts every file back as it was,
-so a failure stays visible until the notebooks (the source) are fixed and `make export` is run.
+Each check runs the nbdev command on a scratch copy of the project and compares its result with the checkout, which
+is never written: a failure stays visible until the notebooks (the source) are fixed and `make export` is run, and
+a check never undoes what another process writes meanwhile.
 """
-import ast, hashlib, subprocess, sys
+import ast, hashlib, shutil, subprocess, sys, tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,24 +18,28 @@ def snapshot(folder, pattern):
     "Map every file matching `pattern` under `folder` to its bytes."
     return {p: p.read_bytes() for p in sorted(folder.rglob(pattern)) if p.is_file() and '__pycache__' not in p.parts}
 
-def restore(before, after):
-    "Put the files back as they were in `before`; remove the ones that only exist in `after`."
-    for p, data in before.items():
-        if after.get(p) != data: p.write_bytes(data)
-    for p in after.keys() - before.keys(): p.unlink()
+def scratch_copy(dest):
+    "Copy what nbdev's commands read and write (settings, notebooks, the library without its assets) into `dest`."
+    for name in ('settings.ini', 'setup.py', 'pyproject.toml', '_quarto.yml'):
+        if (ROOT/name).exists(): shutil.copy2(ROOT/name, dest/name)
+    shutil.copytree(ROOT/'nbs', dest/'nbs', symlinks=True, ignore=shutil.ignore_patterns('.ipynb_checkpoints', '_records'))
+    shutil.copytree(ROOT/'interpkit', dest/'interpkit', ignore=shutil.ignore_patterns('assets', '__pycache__'))
 
 def run_check(cmd, folder, pattern, fix):
-    "Run `cmd`; fail naming each file it would change under `folder`."
-    before = snapshot(folder, pattern)
-    res = subprocess.run([str(BIN/cmd)], cwd=ROOT, capture_output=True, text=True)
-    after = snapshot(folder, pattern)
-    restore(before, after)
-    if res.returncode: sys.exit(f"{cmd} failed (exit {res.returncode}):\n{res.stdout}\n{res.stderr}")
-    changed = sorted(str(p.relative_to(ROOT)) for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    "Run `cmd` on a scratch copy of the project; fail naming each file it would change under `folder` (the checkout is never written)."
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        scratch_copy(tmp)
+        res = subprocess.run([str(BIN/cmd)], cwd=tmp, capture_output=True, text=True)
+        if res.returncode: sys.exit(f"{cmd} failed (exit {res.returncode}):\n{res.stdout}\n{res.stderr}")
+        rel = folder.relative_to(ROOT)
+        before = {p.relative_to(folder): d for p, d in snapshot(folder, pattern).items() if 'assets' not in p.relative_to(folder).parts}
+        after = {p.relative_to(tmp/rel): d for p, d in snapshot(tmp/rel, pattern).items()}
+    changed = sorted(str(rel/p) for p in before.keys() | after.keys() if before.get(p) != after.get(p))
     if changed:
         print(f"FAIL: {cmd} would change {len(changed)} file(s):", *changed, sep='\n  ', file=sys.stderr)
         sys.exit(f"{fix}")
-    print(f"ok: {cmd} changes nothing under {folder.relative_to(ROOT)}/")
+    print(f"ok: {cmd} changes nothing under {rel}/")
 
 def mixed_import_cells(nb_path):
     "Indices of code cells that nbdev's docs build would execute because they mix imports with other code."
@@ -113,6 +119,24 @@ def check_library():
         sys.exit('Fix them in the notebooks, then run `make export`.')
     print('ok: paper modules import only the core and no private names; no unused or notebook-only imports; no public name in two paper modules')
 
+REPORT = ROOT/'nbs'/'reproduction.ipynb'
+
+def report_problems():
+    "Whether the Reproduction report page shows the committed records: its table output against one built from nbs/_records."
+    import json
+    from interpkit.report import report_markdown, report_table
+    nb = json.loads(REPORT.read_text())
+    shown = [''.join(o.get('data', {}).get('text/markdown', '')) for c in nb['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', [])]
+    papers = [p.stem.split('_', 1)[1] for p in sorted((ROOT/'nbs'/'papers').glob('[0-9]*.ipynb'))]
+    want = report_markdown(report_table(ROOT/'nbs'/'_records', pages={p: f'papers/{p}.html' for p in papers}))
+    return [] if want in shown else [f"{REPORT.relative_to(ROOT)} does not show the records in nbs/_records: run `make execute NB={REPORT.relative_to(ROOT)}` and commit it"]
+
+def check_report():
+    "Fail when the Reproduction report page is older than the records it is built from."
+    found = report_problems()
+    if found: sys.exit('FAIL: ' + found[0])
+    print('ok: the Reproduction report shows the committed records')
+
 if __name__ == '__main__':
     what = sys.argv[1] if len(sys.argv) > 1 else ''
     if what == 'export':
@@ -123,4 +147,5 @@ if __name__ == '__main__':
                   'Notebooks are not clean: run `make export` (it runs nbdev_clean) and commit the notebooks.')
     elif what == 'imports': check_imports()
     elif what == 'library': check_library()
-    else: sys.exit('usage: checks.py export|clean|imports|library')
+    elif what == 'report': check_report()
+    else: sys.exit('usage: checks.py export|clean|imports|library|report')

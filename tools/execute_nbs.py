@@ -1,6 +1,7 @@
 """Re-execute notebooks in place so the site shows fresh outputs: `python tools/execute_nbs.py [NB ...]`.
 
-Outputs and widget state are saved; cells that nbdev_test skips (`#| eval: false`, `nbdev_export()`) are skipped;
+Outputs and widget state are saved; the claims the notebooks record (`interpkit.report.record_claim`) are written to
+nbs/_records/, the records the Reproduction report is built from; cells that nbdev_test skips (`#| eval: false`, `nbdev_export()`) are skipped;
 each notebook runs in its own folder; the notebook is cleaned with nbdev_clean afterwards.
 """
 import os, re, subprocess, sys, time
@@ -32,6 +33,7 @@ def execute(path, timeout=600):
 
 if __name__ == '__main__':
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
+    os.environ['INTERPKIT_RECORDS'] = str(ROOT/'nbs'/'_records')   # the kernels inherit it
     paths = sys.argv[1:] or sorted(str(p) for p in (ROOT/'nbs').rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)
     for p in paths:
         print(f'{execute(p):7.1f} s  {p}', flush=True)

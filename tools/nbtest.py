@@ -14,9 +14,13 @@ own runs, with the seed to replay it, rather than by chance on someone else's ma
 (`ATEN_CPU_CAPABILITY`, `MKL_ENABLE_INSTRUCTIONS`, `OPENBLAS_CORETYPE`): a check whose verdict depends on the CPU's
 vector instructions fails here too.
 
+The claims the notebooks record (`interpkit.report.record_claim`) go to a scratch folder and are compared with the
+committed ones in nbs/_records: a claim whose record is stale (a number moved beyond its tolerance, a verdict or a
+text changed, a claim added or removed) fails the run, saying to re-execute that notebook.
+
 A notebook over `--budget` seconds (120: the project's budget on two cores) fails too; `--budget 0` turns that off.
 """
-import argparse, hashlib, os, random, sys, time
+import argparse, hashlib, os, random, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +65,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     run_seed = int(os.environ.get('NBTEST_SEED', random.SystemRandom().randrange(2**31))) if args.seed is None else args.seed
     os.environ.update(ISA[args.isa])
+    records = tempfile.mkdtemp(prefix='nbtest-records-')
+    os.environ['INTERPKIT_RECORDS'] = records   # the workers inherit it
     files = notebooks(args.paths)
     random.Random(run_seed).shuffle(files)
     print(f"nbtest: run seed {run_seed} ({len(files)} notebooks, {args.n_workers} workers, vector instructions: {args.isa}); replay with `make nbtest SEED={run_seed}`", flush=True)
@@ -78,8 +84,11 @@ def main(argv=None):
     for f, (ok, secs, seed) in sorted(zip(files, results), key=lambda r: -r[1][1]):
         print(f"{secs:6.0f} s  {'ok  ' if ok else 'FAIL'}  seed {seed:>10}  {f.relative_to(ROOT) if f.is_relative_to(ROOT) else f}")
     print(f"nbtest: {len(files) - len(failed)}/{len(files)} passed in {time.time() - t0:.0f} s (run seed {run_seed})")
+    from interpkit.report import stale_claims
+    stale = stale_claims(records, ROOT/'nbs'/'_records')
+    if stale: print('stale records of claims (the Reproduction report is built from them):', *stale, sep='\n  ', file=sys.stderr)
     if slow: print('over the budget of', args.budget, 's:', *[f'{f.name} ({s:.0f} s)' for f, s in slow], sep='\n  ', file=sys.stderr)
     if failed: print('failed:', *[f.name for f in failed], f'replay: make nbtest SEED={run_seed}', sep='\n  ', file=sys.stderr)
-    return 1 if failed or slow else 0
+    return 1 if failed or slow or stale else 0
 
 if __name__ == '__main__': sys.exit(main())

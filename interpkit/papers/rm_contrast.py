@@ -630,7 +630,7 @@ def load_rm_demo(encoder=None, # The MiniLM encoder the heads were trained on; N
     if encoder is None: encoder, tokenizer = load_encoder()
     rms, cs, exs = {}, {}, {}
     for name in PLANTED:
-        head = torch.nn.Linear(tensors[f'{name}.head.weight'].shape[1], 1)
+        head = torch.nn.utils.skip_init(torch.nn.Linear, tensors[f'{name}.head.weight'].shape[1], 1)   # no initialisation: it would draw from torch's global generator
         head.load_state_dict({'weight': tensors[f'{name}.head.weight'], 'bias': tensors[f'{name}.head.bias']})
         rms[name] = head_reward(encoder, tokenizer, head.eval().requires_grad_(False), pooling='mean')
         raw = demo_comparisons(meta['n_test'], PLANTED[name], seed=meta['test_seed'], beta=np.inf)

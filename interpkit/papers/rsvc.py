@@ -192,9 +192,9 @@ def lasso_r2(X, # Activations of model B (n, d)
     if groups is not None and len(groups) != len(X): raise ShapeError(f"groups has {len(groups)} entries for {len(X)} patches.", "One source image per patch.", "Pass `Patches.image`.")
     X, Y = _zscore(X), _zscore(Y)
     split = GroupKFold(folds).split(X, groups=np.asarray(groups)) if groups is not None else KFold(folds).split(X)
-    scores = []
+    scores = []   # cyclic coordinate descent draws nothing, but without a random_state scikit-learn takes a seed from numpy's global generator
     for tr, te in split:
-        pred = Lasso(alpha=alpha, max_iter=max_iter).fit(X[tr], Y[tr]).predict(X[te]).reshape(len(te), -1)
+        pred = Lasso(alpha=alpha, max_iter=max_iter, random_state=0).fit(X[tr], Y[tr]).predict(X[te]).reshape(len(te), -1)
         scores.append(r2_score(Y[te], pred, multioutput='raw_values'))
     return torch.as_tensor(np.mean(scores, 0), dtype=torch.float32)
 

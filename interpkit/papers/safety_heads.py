@@ -423,13 +423,16 @@ def head_effect(model, # A causal chat LM
                 max_new_tokens:int=16, # Tokens per reply
                 how:str='scale_query', # 'scale_query', 'mean' or 'zero' (see `generate`)
                 eps:float=1e-4, # The query factor of how='scale_query'
-                means=None # For how='mean'
+                means=None, # For how='mean'
+                base:str|None=None # The reply without the ablation, if already known (e.g. remembered by a widget); None: generated here
                ) -> HeadEffect:
-    "Greedy replies to `request` without and with head (`layer`, `head`) ablated, and whether the judge calls each a refusal."
+    "Greedy replies to `request` without (unless `base` is given) and with head (`layer`, `head`) ablated, and whether the judge calls each a refusal."
     check_causal_lm(model, 'head_effect')
     if not isinstance(request, str): raise ConfigError(f"request is a {type(request).__name__}.", "One request, a string.", "Use `generate` for lists of requests.")
     _head_pairs(model, [(layer, head)], 'head_effect')  # checks the head before generating
-    base, abl = (generate(model, tokenizer, [request], max_new_tokens, heads=hs, how=how, eps=eps, means=means)[0] for hs in ((), [(layer, head)]))
+    if base is not None and not isinstance(base, str): raise ConfigError(f"base is a {type(base).__name__}.", "The unablated reply, a string, or None.", "Pass None to generate it.")
+    run = lambda hs: generate(model, tokenizer, [request], max_new_tokens, heads=hs, how=how, eps=eps, means=means)[0]
+    base, abl = run(()) if base is None else base, run([(layer, head)])
     return HeadEffect(request, layer, head, base, abl, is_refusal(base), is_refusal(abl))
 
 # %% ../../nbs/papers/07_safety_heads.ipynb #06f3b6ee
@@ -456,7 +459,8 @@ def ablation_outcomes(model, # A causal chat LM with a known layout
                       eps:float=1e-4, # The query factor of how='scale_query'
                       means=None, # For how='mean'
                       judge=is_refusal, # reply -> whether it is a refusal
-                      batch_size:int=32 # Requests per `generate` call
+                      batch_size:int=32, # Requests per `generate` call
+                      own:list[str]|None=None # The model's own replies to `harmless` if already known (e.g. from an earlier call); None: generated here
                      ) -> AblationOutcomes:
     "For each set of heads, ablated at every position of the prompt and the reply: the fraction of `harmful` requests answered (not refused), and on `harmless` ones the refusal rate and the fraction of replies that differ from the model's own."
     check_causal_lm(model, 'ablation_outcomes')
@@ -464,7 +468,10 @@ def ablation_outcomes(model, # A causal chat LM with a known layout
     sizes = {name: len(_head_pairs(model, hs, 'ablation_outcomes')) for name, hs in head_sets.items()}  # checks every set before generating
     per_head, total = query_weights(model), sum(p.numel() for p in model.parameters())
     run = lambda texts, hs: generate(model, tokenizer, texts, max_new_tokens, hs, how, eps, means, batch_size)
-    own = run(harmless, ()) if harmless is not None else None
+    if own is not None and (harmless is None or isinstance(own, str) or len(own) != len(harmless)):
+        raise ConfigError(f"own is {'a string' if isinstance(own, str) else f'{len(own)} replies'} for {'no' if harmless is None else len(harmless)} harmless requests.",
+                          "One reply of the unablated model per harmless request, or None.", "Pass None to generate them.")
+    own = (run(harmless, ()) if own is None else list(own)) if harmless is not None else None
     rows, replies = {}, {}
     for name, hs in head_sets.items():
         harm = run(harmful, hs)

@@ -17,6 +17,9 @@ from ..models import (WordTokenizer, check_batch_size, check_causal_lm, encode_t
                               tiny_lm, to_model)
 from ..results import result
 from ..train import fit, load_asset, quiet
+# imported after init_process_group, torch.distributed.fsdp (which transformers imports to build a model) keeps references to the default
+# process group, so destroy_process_group cannot free it and gloo's threads abort the process at exit (~5% of two-process runs): import it first
+if torch.distributed.is_available(): import torch.distributed.fsdp  # noqa: F401
 
 # %% auto #0
 __all__ = ['PROJECTIONS', 'DISTRIBUTIONS', 'LOSSES', 'STORE_DTYPES', 'JOBS', 'RELATIONS', 'FACT_LM', 'adam_moments', 'Projection',

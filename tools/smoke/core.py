@@ -10,7 +10,7 @@ from interpkit.hooks import (as_site, layout, module_paths, resolve, all_sites, 
                              mlp_norm, norm_eps,
                              hooked, capture, capture_grads, add, scale, patch, head_means, ablate_heads, resid_post, head_out, head_q, attn_out)
 from interpkit.sae import SAE, normalized_mse, sae_metrics, stream_activations, train_sae, planted_data, match_directions
-from interpkit.train import lr_factor, fit, save_asset, load_asset, load_asset_into, lm_loss
+from interpkit.train import lr_factor, fit, save_asset, load_asset, load_asset_into, lm_loss, seeded
 from interpkit.testing import snapshot, differences
 from interpkit.results import brief
 from interpkit.viz import to_numpy, heatmap
@@ -108,6 +108,11 @@ def checks(device, dtype):
             tensors, meta = load_asset('smoke', folder=d)
             m2 = lm('llama', device, dtype); load_asset_into(m2, 'smoke', folder=d)
         assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(m.state_dict().values(), m2.state_dict().values()))
+        state = lambda: torch.cuda.get_rng_state(device) if device.type == 'cuda' else torch.get_rng_state()
+        before = state()
+        with seeded(0): a = torch.randn(3, device=device, dtype=dtype)
+        with seeded(0): b = torch.randn(3, device=device, dtype=dtype)
+        assert torch.equal(a, b) and torch.equal(state(), before)   # the same draws inside; the caller's state is back
         return f"loss {res.history.loss.iloc[0]:.3g} -> {res.final_loss:.3g}"
 
     def testing_and_display():

@@ -25,7 +25,7 @@ from interpkit.papers.cnl import (Capability, addition, multiplication, sentimen
                                   halves_overlap, pairwise_overlap, amplified, random_neurons, neuron_parameters, finetune_neurons,
                                   neuron_rows, with_rows, FactFidelity, fact_fidelity, CNL_RECIPE, FINETUNED, KINDS, capability_data,
                                   train_neuron_finetune, load_neuron_finetune, overlap_table, across_table, plot_neuron_map,
-                                  explore_localization)
+                                  explore_localization, TEMPLATES, WRAPPERS, GRID, GRID_SHOTS, template_pairs, load_template_grid)
 
 torch.set_num_threads(1)
 
@@ -134,8 +134,11 @@ def test_constants_and_documented_defaults():
     assert sig(amplified) == dict(factor=2.0) and sig(random_neurons) == dict(seed=0, per_layer=True)
     assert sig(halves_overlap) == dict(seed=0) and sig(split_halves) == dict(seed=0) and sig(overlap_table) == dict(seed=0)
     assert sig(across_table) == dict(measure='iou') and sig(explore_localization) == dict(f=0.3, k=100)
-    assert sig(addition) == sig(multiplication) == dict(n=40, seed=0, shots=3) and sig(sentiment) == dict(n=40, seed=0, shots=2)
-    assert sig(code) == dict(n=40, seed=0) and sig(capability_data) == dict(split='train')
+    assert sig(addition) == sig(multiplication) == dict(n=40, seed=0, shots=3, template='native')
+    assert sig(sentiment) == sig(code) == dict(n=40, seed=0, shots=2, template='native') and sig(capability_data) == dict(split='train', template='native')
+    assert TEMPLATES == ('native', 'qa', 'io', 'arrow') and GRID == 'cnl_smollm2_templates' and GRID_SHOTS == 2
+    assert WRAPPERS == {'qa': ('Q: {x}\nA:', '\n\n'), 'io': ('Input: {x}\nOutput:', '\n\n'), 'arrow': ('{x} =>', '\n')}
+    assert sig(template_pairs) == dict(shared=('qa', 'io', 'arrow')) and sig(load_template_grid) == dict(name='cnl_smollm2_templates')
 
 # ---------------------------------------------------------------- data builders
 
@@ -255,6 +258,74 @@ def test_capability_data_splits():
         assert te.prompts == [pool.prompts[i] for i in kept] and te.answers == [pool.answers[i] for i in kept]
     with pytest.raises(ConfigError): capability_data('division')
     with pytest.raises(ConfigError): capability_data('addition', 'val')
+
+# the shared templates, parsed by hand: (solved block, query block, separator) regexes; an item has no newline in them
+BLOCKS = {'qa': (r'Q: (.+)\nA: (.+)', r'Q: (.+)\nA:', '\n\n'), 'io': (r'Input: (.+)\nOutput: (.+)', r'Input: (.+)\nOutput:', '\n\n'),
+          'arrow': (r'(.+) => (.+)', r'(.+) =>', '\n')}
+
+def check_item(name, x, y):
+    "Whether y (no leading space) answers the item x of capability `name`, by parsing x."
+    if name in ('addition', 'multiplication'):
+        op = '+' if name == 'addition' else '*'
+        mt = re.fullmatch(r'([1-9]) \{} ([1-9])'.format(op), x)
+        assert mt, x
+        a, b = map(int, mt.groups())
+        assert int(y) == (a + b if op == '+' else a * b) and y == str(int(y)), (x, y)
+    elif name == 'sentiment': assert polarity(x) == (y == 'positive') and y in ('positive', 'negative'), (x, y)
+    else:
+        mt = re.fullmatch(r'for (\w+) in (\w+): ([\w.]+)\(', x)
+        assert mt and mt.group(1) == y and mt.group(2) != y, (x, y)
+
+@pytest.mark.parametrize('template', ['qa', 'io', 'arrow'])
+@pytest.mark.parametrize('name', ['addition', 'multiplication', 'sentiment', 'code'])
+@pytest.mark.parametrize('shots', [0, 2, 3])
+def test_shared_templates_parse_and_are_right(name, template, shots):
+    d = CAPABILITIES[name](30, seed=4, shots=shots, template=template)
+    solved, query, sep = BLOCKS[template]
+    assert d.name == name and len(d) == 30
+    for p, a, q in zip(d.prompts, d.answers, d.questions):
+        blocks = p.split(sep)
+        assert len(blocks) == shots + 1 and a.startswith(' ') and q == blocks[-1]
+        labels = []
+        for b in blocks[:-1]:
+            mt = re.fullmatch(solved, b)
+            assert mt, b
+            check_item(name, *mt.groups()); labels.append(mt.group(2))
+        mt = re.fullmatch(query, blocks[-1])
+        assert mt, blocks[-1]
+        check_item(name, mt.group(1), a[1:])
+        if name == 'sentiment': assert all(x != y for x, y in zip(labels, labels[1:]))   # the solved reviews alternate
+    if name == 'sentiment': assert [a == ' positive' for a in d.answers] == [i % 2 == 0 for i in range(30)]
+    assert CAPABILITIES[name](30, seed=4, shots=shots, template=template) == d and CAPABILITIES[name](30, seed=5, shots=shots, template=template).prompts != d.prompts
+
+@pytest.mark.parametrize('template', ['qa', 'io', 'arrow'])
+def test_a_shared_template_is_the_same_text_around_every_capability(template):
+    "With the items blanked out, the prompts of every capability in one shared template are the same text."
+    solved, query, sep = BLOCKS[template]
+    def skeleton(p):
+        blocks = p.split(sep)
+        return sep.join([re.sub(r'\(\.\+\)', '#', solved)] * (len(blocks) - 1) + [re.sub(r'\(\.\+\)', '#', query)]) if all(
+            re.fullmatch(solved, b) for b in blocks[:-1]) and re.fullmatch(query, blocks[-1]) else None
+    skel = {name: {skeleton(p) for p in fn(20, seed=1, shots=2, template=template).prompts} for name, fn in CAPABILITIES.items()}
+    assert all(len(v) == 1 and None not in v for v in skel.values()) and len({next(iter(v)) for v in skel.values()}) == 1, skel
+    # and the native formats differ from one capability to the next
+    assert len({fn(1, seed=1).prompts[0].split('\n')[-1][:3] for fn in CAPABILITIES.values()}) > 2
+
+def test_capability_data_in_templates():
+    for name in CAPABILITIES:
+        for i, t in enumerate(TEMPLATES):
+            tr, te = capability_data(name, template=t), capability_data(name, 'test', t)
+            kw = {} if t == 'native' else dict(shots=2, template=t)
+            assert tr == CAPABILITIES[name](40, seed=1000 * i, **kw) and len(te) == 40 and not set(tr.questions) & set(te.questions)
+            pool = CAPABILITIES[name](320, seed=1000 * i + 1, **kw)
+            kept = [j for j, q in enumerate(pool.questions) if q not in set(tr.questions)][:40]
+            assert te.prompts == [pool.prompts[j] for j in kept]
+        assert capability_data(name, template='native') == capability_data(name)
+    with pytest.raises(ConfigError, match="template"): capability_data('code', template='chat')
+    for bad in ('chat', None):
+        with pytest.raises(ConfigError): addition(3, template=bad)
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ConfigError, match='shots'): sentiment(3, shots=bad, template='qa')
 
 def test_capability_subset():
     d = Capability('x', ['a', 'b', 'c'], ['1', '2', '3'])
@@ -436,10 +507,18 @@ def test_neuron_sites_scalar_non_int_layer_raises_site_error():
 def test_smollm2_sites_and_shipped_neurons(untouched):
     "The only test that loads SmolLM2 (a few seconds): 30 layers of 1536 neurons; the shipped neurons when the asset exists."
     from interpkit.models import load_lm
-    try: m, t = load_lm()
+    try: m, tk = load_lm()
     except Exception as e: pytest.skip(f'SmolLM2 is not available offline: {e}')
     assert neuron_counts(m) == {l: 1536 for l in range(30)}
     assert neuron_sites(m, [0, 29]) == {0: 'model.layers.0.mlp.down_proj:in', 29: 'model.layers.29.mlp.down_proj:in'}
+    if (assets_dir()/f'{GRID}.safetensors').exists():   # the template grid: the first prompts of two cells attributed again here
+        grid, meta = load_template_grid()
+        assert set(grid) == {(c, t) for c in CAPABILITIES for t in TEMPLATES} and meta['K'] == CNL_RECIPE['k'] and meta['n'] == CNL_RECIPE['n']
+        for cap, t in (('sentiment', 'qa'), ('code', 'arrow')):
+            with untouched(m): live = neuron_attributions(m, tk, capability_data(cap, template=t).subset(range(3)))
+            lt, at = top_sets(live, 100).flatten(1), top_sets(grid[cap, t].subset(range(3)), 100).flatten(1)
+            assert ((lt & at).sum(1) / lt.sum(1)).min() >= 0.98, (cap, t)   # float32 round-off on another CPU may swap a neuron at the 100th place
+            assert torch.allclose(live.logprob, grid[cap, t].logprob[:3], atol=1e-4)
     if not (assets_dir()/f'{FINETUNED}.safetensors').exists(): pytest.skip(f'{FINETUNED} not built yet (tools/make_cnl_assets.py)')
     with untouched(m):
         tuned, none, meta = load_neuron_finetune('addition', model=m)
@@ -1189,6 +1268,58 @@ def test_across_table_by_hand(table_scores):
     assert not np.allclose(rate.to_numpy(float), rate.to_numpy(float).T)
     assert iou.loc['A', 'B'] > iou.loc['A', 'C']
     with pytest.raises(ConfigError): across_table(table_scores, 4, 0.4, 'dice')
+
+@pytest.mark.parametrize('seed', [0, 1])
+def test_template_pairs_by_sets(seed):
+    "Every unordered pair of a 2 × 3 grid, its kind by the rule written out, and rate and IoU from Python sets of the commonality neurons."
+    keys = [('add', 'native'), ('add', 'qa'), ('add', 'io'), ('sent', 'native'), ('sent', 'qa'), ('sent', 'io')]
+    g = torch.Generator().manual_seed(seed)
+    base = {c: torch.randn(1, 2, 8, generator=g) for c in ('add', 'sent')}
+    style = {t: torch.randn(1, 2, 8, generator=g) for t in ('native', 'qa', 'io')}
+    grid = {key: scores_of(base[key[0]] + style[key[1]] + 0.7 * torch.randn(10, 2, 8, generator=g)) for key in keys}
+    k, f = 4, 0.4
+    got = template_pairs(grid, k, f)
+    assert len(got) == 15 and list(got.columns) == ['a', 'b', 'kind', 'rate', 'iou']
+    sets = {key: ref_common(s.scores, k, f) for key, s in grid.items()}
+    kinds = set()
+    for row, (a, b) in zip(got.itertuples(), [(a, b) for i, a in enumerate(keys) for b in keys[i + 1:]]):
+        assert (row.a, row.b) == (a, b)
+        want = 'same capability' if a[0] == b[0] else 'same template' if a[1] == b[1] != 'native' else 'neither'
+        A, B = sets[a], sets[b]
+        assert row.kind == want and row.iou == pytest.approx(len(A & B) / len(A | B), abs=1e-12)
+        assert row.rate == pytest.approx((len(A & B) / len(A) + len(A & B) / len(B)) / 2, abs=1e-12)
+        kinds.add(want)
+    assert kinds == {'same capability', 'same template', 'neither'}
+    assert (got.kind == 'same template').sum() == 2 and (got.kind == 'same capability').sum() == 6
+    # 'shared' decides which templates count as the same text: with 'native' shared, the native pair is 'same template'
+    assert template_pairs(grid, k, f, shared=('native', 'qa', 'io')).kind.tolist().count('same template') == 3
+    with pytest.raises(ConfigError, match='capability, template'): template_pairs({'add': grid[keys[0]], 'sent': grid[keys[3]]}, k, f)
+    with pytest.raises(ConfigError): template_pairs({keys[0]: grid[keys[0]]}, k, f)
+
+def test_load_template_grid_reads_the_asset_layout(tmp_path, monkeypatch):
+    "A fake asset in the layout of tools/make_cnl_assets.py --stage grid: the top-K scores rebuild top sets equal to the dense ones for every k <= K."
+    g = torch.Generator().manual_seed(3)
+    K, L, d = 6, 3, 10
+    dense, tensors = {}, {}
+    for cap in ('addition', 'code'):
+        for t in ('native', 'qa'):
+            s = torch.randn(5, L, d, generator=g)
+            s[0] = -s[0].abs()                                  # a sample with no positive attribution: an empty top set
+            s[1, :, :] = -1; s[1, 0, :3] = torch.tensor([3., 2., 1.])   # a sample with fewer than K positive ones
+            v, i = s.reshape(5, -1).topk(K, 1)
+            dense[cap, t] = s
+            tensors |= {f'{cap}/{t}/top': i.int(), f'{cap}/{t}/value': v, f'{cap}/{t}/logprob': -torch.rand(5, generator=g)}
+    meta = dict(capabilities=['addition', 'code'], templates=['native', 'qa'], K=K, n=5, shots=2, shape=[L, d], method='grad_x_act', positions='all')
+    save_asset(GRID, tensors, meta, folder=tmp_path)
+    monkeypatch.setattr(cnl, 'load_asset', lambda name, folder=None: load_asset(name, tmp_path))
+    grid, got_meta = load_template_grid()
+    assert list(grid) == [('addition', 'native'), ('addition', 'qa'), ('code', 'native'), ('code', 'qa')] and got_meta['K'] == K
+    for key, s in grid.items():
+        assert isinstance(s, NeuronScores) and s.scores.shape == (5, L, d) and s.layers == [0, 1, 2] and (s.method, s.positions) == ('grad_x_act', 'all')
+        assert torch.equal(s.logprob, tensors[f'{key[0]}/{key[1]}/logprob'])
+        for k in range(1, K + 1):
+            assert [set(x) for x in map(flat_set, top_sets(s, k))] == ref_tops(dense[key], k), (key, k)
+        assert top_sets(s, 3)[1].sum() == 3 and not top_sets(s, K)[0].any()
 
 def test_plot_neuron_map():
     a = Neurons(mask_of((3, 10), {0: [1, 2], 2: [0, 1, 2, 3]}), [4, 5, 6])

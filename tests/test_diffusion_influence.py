@@ -461,3 +461,22 @@ def test_typed_errors():
     with torch.no_grad(): nan_model.conv_out.bias.fill_(float('nan'))
     with pytest.raises(NotFiniteError): measurement_grads(nan_model, SCHED, x, k=2)
     with pytest.raises(ConfigError, match='k=9'): top_influences(torch.zeros(1, 4), 0, k=9)
+
+# ---------------------------------------------------------------- issue 49: a damping fixed relative to the curvature
+
+def test_mean_eigenvalue_against_dense_eigenvalues_and_the_exact_ggn():
+    from interpkit.papers.diffusion_influence import mean_eigenvalue
+    m = _deep_linear()
+    x, xr, t, eps = _rows(6, 2)
+    for kind in CURVATURES:   # the operator's trace (from its factors) against the eigenvalues of its dense matrix
+        op = ggn_curvature(m, SCHED, x, kind, samples=2, fisher_type='type-2', seed=2, forward=fwd)
+        dense = (op @ torch.eye(op.shape[1], dtype=torch.float64)).numpy()
+        assert mean_eigenvalue(op) == pytest.approx(np.linalg.eigvalsh((dense + dense.T) / 2).mean(), rel=1e-9)
+    # K-FAC keeps the diagonal blocks of the GGN exactly (for this net, see above): so its mean eigenvalue is the exact GGN's
+    G = exact_ggn(m, fwd, xr, t, eps)
+    assert mean_eigenvalue(ggn_curvature(m, SCHED, x, 'kfac', samples=2, fisher_type='type-2', seed=2, forward=fwd)) == pytest.approx(torch.linalg.eigvalsh(G).mean().item(), rel=1e-9)
+    phi = torch.randn(9, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)   # TRAK's features: mean eigenvalue of PhiᵀPhi / N
+    assert mean_eigenvalue(phi.T @ phi / 9) == pytest.approx(float((np.linalg.svd(phi.numpy(), compute_uv=False) ** 2).sum()) / (9 * 4), rel=1e-12)
+    with pytest.raises(ShapeError, match='square'): mean_eigenvalue(phi)
+    with pytest.raises(ConfigError, match='ggn_curvature'): mean_eigenvalue([[1.0]])
+    with pytest.raises(NotFiniteError): mean_eigenvalue(torch.tensor([[float('nan')]]))

@@ -68,10 +68,9 @@ def my_loss(name, m, ref, forget, retain=None, beta=None, alpha=None, c=None, la
         with torch.no_grad(): ell_ref = -token_lp(ref, forget)[0].sum(1)
         ell = -lp.sum(1)
         L = -(2 / beta) * torch.log(torch.sigmoid(beta * (ell - ell_ref))).mean()
-    elif name == 'rmu':
+    elif name == 'rmu':   # the official code's (dataloader.py): hidden_states[l][..., :-1, :] where labels[..., 1:] != -100
         u = c * torch.rand(h.shape[-1], generator=torch.Generator().manual_seed(seed)).to(h.dtype)
-        pos = forget['labels'] != -100  # the answer tokens' own positions
-        L = ((h - u) ** 2).mean(-1)[pos].mean()
+        L = ((h[:, :-1] - u) ** 2).mean(-1)[keep].mean()
     if reg == 'gd':
         lpr, kr, _ = token_lp(m, retain)
         L = L - weight * (lpr * kr).sum() / kr.sum()
@@ -589,10 +588,73 @@ def test_rmu_layer_range():
     for layer in (-4, 3):
         with pytest.raises(ConfigError, match='hidden_states'): forget_term(objective('rmu', layer=layer), m, FORGET)
     h = m(input_ids=FORGET['input_ids'], attention_mask=FORGET['attention_mask'], output_hidden_states=True).hidden_states[1]
-    mask = FORGET['labels'] != -100
+    mask = FORGET['labels'][:, 1:] != -100       # the positions whose next token is an answer token
     u = 2.0 * torch.rand(h.shape[-1], generator=torch.Generator().manual_seed(0), dtype=torch.float32).to(h.dtype)
     s, c = forget_term(objective('rmu'), m, FORGET)
-    assert c == int(mask.sum()) and float(s.detach()) == pytest.approx(float((h[mask] - u).pow(2).mean(-1).sum().detach()), rel=1e-10)
+    assert c == int(mask.sum()) and float(s.detach()) == pytest.approx(float((h[:, :-1][mask] - u).pow(2).mean(-1).sum().detach()), rel=1e-10)
+
+# ---------------------------------------------------------------- RMU against the official code's definition
+
+def ragged():
+    "Forget questions with answers of 5, 1, 4 and 1 tokens: right padding, and answers ending at different positions."
+    qs, ans = QA.pairs(QA.forget[:4])
+    return encode_queries(TOK, qs, [IDK_ANSWERS[0], ans[1], IDK_ANSWERS[4], ans[3]])
+
+def rmu_loop(m, d, layer, c=2.0, seed=0, at_answer=False):
+    """The official RMU loss (tmlr-group/G-effect, dataloader.py, the `rmu_` branches of compute_loss), written as loops: for every
+    row i and every position t >= 1 whose label is set, the mean over the hidden dimension of (hidden_states[layer][i, t-1] - c*u)^2,
+    then the plain mean over all those (i, t) of the batch. `at_answer=True`: the state at t itself (the definition this module had before)."""
+    hs = m(input_ids=d['input_ids'], attention_mask=d['attention_mask'], output_hidden_states=True).hidden_states[layer]
+    u = (c * torch.rand(hs.shape[-1], generator=torch.Generator().manual_seed(seed))).to(hs.dtype)   # c*u drawn in float32, as the official code
+    terms = []
+    for i in range(d['input_ids'].shape[0]):
+        for t in range(1, d['input_ids'].shape[1]):
+            if int(d['labels'][i, t]) != -100:
+                x = hs[i, t if at_answer else t - 1]
+                terms.append(sum((x[k] - u[k]) ** 2 for k in range(len(u))) / len(u))
+    return sum(terms) / len(terms)
+
+@pytest.mark.parametrize('arch,layer', [('llama', 1), ('llama', 2), ('gpt2', 0), ('gpt2', -1)])
+def test_rmu_against_the_official_loss_as_loops(arch, layer, untouched):
+    "The loss, its count and its G-effects against the loops above, on ragged answers, at the embeddings, a middle and the last state."
+    m, d = lm(arch, seed=28), ragged()
+    assert len({int(r.sum()) for r in d['attention_mask']}) > 1 and (d['labels'] != -100).sum(1).tolist() == [5, 1, 4, 1]
+    obj = objective('rmu', layer=layer, c=3.0, seed=4)
+    with untouched(m):
+        s, n = forget_term(obj, m, d)
+        ge = g_effect(m, obj, d, RETAIN, batch_size=3)    # two batches of unequal counts
+    want = rmu_loop(m, d, layer, c=3.0, seed=4)
+    assert n == 11 and float(s.detach()) / n == pytest.approx(float(want.detach()), rel=1e-10)
+    assert ge.loss == pytest.approx(float(want.detach()), rel=1e-10)
+    g = grad(want, m)
+    gu, gr = grad(nll(m, d), m), grad(nll(m, RETAIN), m)
+    assert ge.unlearning == pytest.approx(dot(g, gu), rel=1e-6)
+    assert ge.retention == pytest.approx(dot(g, gr), rel=1e-6)
+    # the old definition (the states at the answer tokens) is a different number: the comparison can tell them apart
+    assert abs(float(rmu_loop(m, d, layer, c=3.0, seed=4, at_answer=True).detach()) - float(want.detach())) > 1e-4 * float(want.detach())
+
+@pytest.mark.parametrize('arch', ['llama', 'gpt2'])
+def test_rmu_does_not_see_the_last_answer_token_but_sees_the_one_before_the_first(arch):
+    """With causal attention the state at t-1, which predicts token t, does not depend on token t: changing only a row's last answer
+    token leaves the official RMU loss as it was (up to float64 rounding), while changing the token before its first answer token (the
+    one whose state predicts it) moves it. The states at the answer tokens (the old definition) do see the last one."""
+    m, d = lm(arch, seed=29), ragged()
+    obj = objective('rmu', layer=1)
+    loss = lambda b: float(forget_term(obj, m, b)[0].detach()) / forget_term(obj, m, b)[1]
+    old = lambda b: float(rmu_loop(m, b, 1, at_answer=True).detach())
+    base, base_old = loss(d), old(d)
+    for i in range(len(d['input_ids'])):
+        pos = (d['labels'][i] != -100).nonzero()[:, 0]
+        first, last = int(pos.min()), int(pos.max())
+        for where, moves in ((last, False), (first - 1, True)):
+            b = {k: v.clone() for k, v in d.items()}
+            tok = int(b['input_ids'][i, where])
+            b['input_ids'][i, where] = 5 + (tok - 5 + 7) % (TOK.vocab_size - 5)   # another real word
+            assert int(b['input_ids'][i, where]) != tok
+            if moves: assert abs(loss(b) - base) > 1e-6 * base, (i, where)
+            else:
+                assert loss(b) == pytest.approx(base, rel=1e-12, abs=0), (i, where)
+                assert abs(old(b) - base_old) > 1e-6 * base_old, (i, where)
 
 def test_retain_at_crossings():
     h = pd.DataFrame(dict(forget_nll=[0.0, 2.0, 2.0, 6.0], retain_nll=[0.1, 0.3, 0.9, 1.3]))
@@ -678,7 +740,7 @@ def test_param_group_names_with_uneven_groups_and_loose_parameters():
     assert param_groups(Loose()) == {'scale': 'other', 'proj.weight': 'proj', 'proj.bias': 'proj'}
 
 def test_counts_of_npo_rmu_and_kl_on_longer_answers():
-    "NPO averages over sequences, RMU over every labelled position, KL over real positions: checked where tokens, rows and positions differ."
+    "NPO averages over sequences, RMU over every position whose next token is labelled, KL over real positions: checked where tokens, rows and positions differ."
     m = lm(seed=27)
     qs, _ = QA.pairs(QA.forget[:4])
     long_ = encode_queries(TOK, qs, IDK_ANSWERS[:4])                     # answers of 4 and 5 tokens, so tokens != rows
@@ -687,7 +749,7 @@ def test_counts_of_npo_rmu_and_kl_on_longer_answers():
     from interpkit.models import encode_texts
     texts = encode_texts(TOK, ['Where was Avel born ?', 'Lisbon'])      # every token labelled, the first one too
     s, c = forget_term(objective('rmu'), m, texts)
-    assert c == int(texts['attention_mask'].sum())
+    assert c == int(texts['attention_mask'].sum()) - 2                  # no state predicts a row's first token
     g1, g64 = (g_effect(m, 'rmu', texts, RETAIN, batch_size=bs) for bs in (1, 64))
     assert g1.loss == pytest.approx(float(s.detach()) / c, rel=1e-10) == g64.loss
     nomask = {k: v for k, v in RETAIN.items() if k != 'attention_mask'}

@@ -2,8 +2,10 @@
 energy, closed-form ranks, a numpy linearised GNN, PyG's own GraphNorm, per-graph statistics by hand, a dense GCN by hand,
 graphs one by one against a mini-batch, accuracies recounted from the model, devices and dtypes, and bad input; GraphNormv2's
 per-graph basis against numpy, per-graph statistics against a loop over graphs, its reductions to PyG's GraphNorm, permutations
-of graphs, claim (c) as a property (flipped class shift) and against the Bayes rate, and the shipped sweeps re-run."""
-import copy
+of graphs, claim (c) as a property (flipped class shift) and against the Bayes rate, and the shipped sweeps re-run; node orders
+(all 120 orders of a path beside an edge, all 720 of a 6-cycle, seeded permutations of random and disconnected graphs) against a
+brute-force layer whose eigenspace projectors come from SVD null spaces or from closed forms, never from eigh."""
+import copy, itertools
 import numpy as np, pandas as pd, pytest, torch
 import torch.nn.functional as F
 from torch_geometric.data import Batch
@@ -114,7 +116,7 @@ def test_centring_basis_batch_matches_eigh_per_graph():
         for sl, gg in ((slice(0, 12), g1), (slice(12, 21), g2)):
             w, V = np.linalg.eigh(gcn_operator(gg.edge_index, gg.num_nodes).numpy())
             for j in range(k):
-                assert abs(abs(float(U[sl, j].double() @ torch.tensor(V[:, -1 - j]))) - 1) < 1e-5
+                assert U.shape[2] == 1 and abs(abs(float(U[sl, j, 0].double() @ torch.tensor(V[:, -1 - j]))) - 1) < 1e-5   # simple eigenvalues here
     # the batched layer equals the layer applied to each graph alone
     gen = torch.Generator().manual_seed(0)
     m, x = GraphNormv2(4, k=2), torch.randn(21, 4, generator=gen)
@@ -282,7 +284,7 @@ def _norm_by_hand(norm, nm, h, basis):
     if norm == 'graph':
         c = h - nm.mean_scale * h.mean(0)
         return nm.weight * c / (c.pow(2).mean(0) + 1e-5).sqrt() + nm.bias
-    c = h - nm.mean_scale * h.mean(0) - sum(basis[:, j:j + 1] * (nm.tau[j] * (basis[:, j] @ h)) for j in range(basis.shape[1]))   # graphv2
+    c = h - nm.mean_scale * h.mean(0) - sum(nm.tau[j] * (basis[:, j] @ (basis[:, j].T @ h)) for j in range(basis.shape[1]))   # graphv2: slot j's projector
     return nm.weight * c / (c.pow(2).mean(0) + nm.eps).sqrt() + nm.bias
 
 @pytest.mark.parametrize('norm', NORMS)
@@ -415,7 +417,9 @@ def test_on_gpu_same_numbers_as_cpu(g):
     for k in (1, 2):
         U = centring_basis(gd.edge_index, g.num_nodes, b, k=k)
         assert U.device.type == 'cuda'
-        torch.testing.assert_close(U.cpu(), centring_basis(g.edge_index, g.num_nodes, b, k=k), atol=1e-5, rtol=1e-4)
+        Uc = centring_basis(g.edge_index, g.num_nodes, b, k=k)
+        for sel in (b == 0, b == 1):   # each slot's projector (the vectors inside a repeated eigenvalue's eigenspace may differ)
+            for j in range(k + 1): torch.testing.assert_close(U.cpu()[sel][:, j] @ U.cpu()[sel][:, j].T, Uc[sel][:, j] @ Uc[sel][:, j].T, atol=1e-5, rtol=1e-4)
     r = train_gcn(gd, 2, 'graphv2', steps=5, hidden=8)
     assert next(r.model.parameters()).device.type == 'cuda' and 0 <= r.test_accuracy <= 1
 
@@ -461,6 +465,8 @@ def test_centring_basis_signs_norms_and_one_directional_edges():
     gs = [csbm(n=n, d=2, p_in=0.5, p_out=0.2, seed=s) for n, s in ((10, 0), (13, 4), (8, 6))]
     b = Batch.from_data_list(gs)
     U = centring_basis(b.edge_index, b.num_nodes, b.batch, k=3).double()
+    assert U.shape[2] == 1   # these graphs have simple top eigenvalues: one vector per slot
+    U = U[:, :, 0]
     for j, gg in enumerate(gs):
         Ub = U[b.batch == j].numpy()
         np.testing.assert_allclose(Ub.T @ Ub, np.eye(4), atol=1e-5)   # 3 eigenvectors and the remainder of 1
@@ -469,7 +475,7 @@ def test_centring_basis_signs_norms_and_one_directional_edges():
     # edges given in one direction only are made symmetric, as gcn_operator does, in the k = 1 closed form and for k > 1
     ei = torch.tensor([[0, 0, 0, 1, 3], [1, 2, 3, 2, 4]])
     for k in (1, 2):
-        np.testing.assert_allclose(centring_basis(ei, 5, k=k)[:, :k].double().numpy(), _signed_eigvecs(ei, 5, k), atol=1e-6)
+        np.testing.assert_allclose(centring_basis(ei, 5, k=k)[:, :k, 0].double().numpy(), _signed_eigvecs(ei, 5, k), atol=1e-6)
     for bad in (-1, 1.5):
         with pytest.raises(ConfigError, match='k='): centring_basis(ei, 5, k=bad)
 
@@ -485,7 +491,7 @@ def test_graphnormv2_one_channel_dtype_and_basis_checks():
         mb, xb = GraphNormv2(4, k=2).bfloat16(), torch.randn(5, 4, generator=torch.Generator().manual_seed(0)).bfloat16()
         U = centring_basis(torch.tensor([[0, 1, 3], [1, 2, 4]]), 5, b, k=2)
         assert mb(xb, b, basis=U).dtype == torch.bfloat16 and mb.centre(xb, b, basis=U).dtype == torch.bfloat16
-    for basis in (torch.ones(5), torch.ones(6, 1), torch.ones(4, 2), torch.ones(5, 4), torch.ones(5, 0)):
+    for basis in (torch.ones(5), torch.ones(6, 1), torch.ones(4, 2), torch.ones(5, 4), torch.ones(5, 0), torch.ones(5, 2, 0), torch.ones(5, 4, 1), torch.ones(5, 1, 1, 1)):
         with pytest.raises(ShapeError, match='basis has shape'): GraphNormv2(4, k=2)(torch.ones(5, 4), b, basis=basis)
 
 @pytest.mark.filterwarnings('ignore:Sparse')
@@ -511,16 +517,26 @@ def _operator_np(ei, n, operator):
     if operator == 'gcn': d = A.sum(1); A = A / np.sqrt(d[:, None] * d[None, :])
     return A
 
-def _basis_np(ei, n, k, operator):
-    "The documented basis written again in numpy: top-k eigenvectors (signed to sum >= 0), then 1 minus its projection, normalised."
-    w, V = np.linalg.eigh(_operator_np(ei, n, operator))
-    V = V[:, np.argsort(w)[::-1][:k]]; V = V * np.where(V.sum(0) < 0, -1.0, 1.0)
-    r = np.ones(n) - V @ (V.T @ np.ones(n))
-    return np.concatenate([V, (r / np.linalg.norm(r))[:, None]], 1)
+def _projectors_np(A, k):
+    "Brute force, no eigh: the k largest distinct eigenvalues (eigvalsh rounded to 8 decimals), each eigenspace's projector N N^T from an SVD null space of A - mu I, and the normalised remainder of 1 (zero if under 1e-6 sqrt n)."
+    from scipy.linalg import null_space
+    n = len(A)
+    mus = sorted({round(float(w), 8) + 0.0 for w in np.linalg.eigvalsh(A)}, reverse=True)[:k]
+    Ps = [(lambda N: N @ N.T)(null_space(A - mu * np.eye(n), rcond=1e-7)) for mu in mus]
+    r = np.ones(n) - sum((P_ @ np.ones(n) for P_ in Ps), np.zeros(n))
+    return Ps, (r / np.linalg.norm(r) if np.linalg.norm(r) > 1e-6 * np.sqrt(n) else np.zeros(n))
+
+def _v2_reference(x, Ps, r, P):
+    "GraphNormv2 on ONE graph from its projectors (float64 numpy): x - lam mean - sum_j tau_j P_j x - tau_k r r^T x, over sqrt(mean square + eps), gamma, beta."
+    k = len(P['tau']) - 1
+    Ps = list(Ps) + [np.zeros((len(x), len(x)))] * (k - len(Ps))   # fewer distinct eigenvalues than k: empty slots
+    c = x - P['mean_scale'] * x.mean(0) - sum(P['tau'][j] * (Ps[j] @ x) for j in range(k)) - P['tau'][k] * np.outer(r, r @ x)
+    return P['weight'] * c / np.sqrt((c ** 2).mean(0) + 1e-5) + P['bias']
 
 def _v2_by_hand(x, E, lam, tau, gamma, beta, eps):
-    "GraphNormv2 on ONE graph in float64 numpy: x - lam * mean - E (tau * E^T x), divided by sqrt(mean square + eps), gamma, beta."
-    c = x - lam * x.mean(0) - E @ (tau[:E.shape[1]] * (E.T @ x))
+    "GraphNormv2 on ONE graph in float64 numpy from its basis (n, j, m): x - lam * mean - sum_j tau_j E_j E_j^T x, divided by sqrt(mean square + eps), gamma, beta."
+    E = E if E.ndim == 3 else E[:, :, None]
+    c = x - lam * x.mean(0) - sum(tau[j] * (E[:, j] @ (E[:, j].T @ x)) for j in range(E.shape[1]))
     return gamma * c / np.sqrt((c ** 2).mean(0) + eps) + beta
 
 @pytest.mark.parametrize('operator', OPERATORS)
@@ -528,21 +544,18 @@ def test_basis_per_graph_against_numpy_and_contains_one(operator):
     gs = _irregular_graphs(); b = Batch.from_data_list(gs)
     for k in (0, 1, 3):
         E = centring_basis(b.edge_index, b.num_nodes, b.batch, k=k, operator=operator)
-        assert E.shape == (b.num_nodes, k + 1) and E.dtype == torch.float64
+        assert E.shape[:2] == (b.num_nodes, k + 1) and E.dtype == torch.float64
         for j, gg in enumerate(gs):
             Eb = E[b.batch == j].numpy()
-            w = np.sort(np.linalg.eigvalsh(_operator_np(gg.edge_index, gg.num_nodes, operator)))[::-1]
-            ref = _basis_np(gg.edge_index, gg.num_nodes, k, operator)
-            if k == 0 or w[k - 1] - w[k] > 1e-6:   # the top-k span is unique: so are its projector and the remainder of 1
-                np.testing.assert_allclose(Eb[:, :k] @ Eb[:, :k].T, ref[:, :k] @ ref[:, :k].T, atol=1e-8)
-                np.testing.assert_allclose(Eb[:, k], ref[:, k], atol=1e-8)
-            if k == 0 or np.diff(w[:k + 1]).max() < -1e-6:   # distinct top eigenvalues: the vectors themselves
-                np.testing.assert_allclose(Eb, ref, atol=1e-8)
+            Ps, r = _projectors_np(_operator_np(gg.edge_index, gg.num_nodes, operator), k)
+            for i_, P_ in enumerate(Ps): np.testing.assert_allclose(Eb[:, i_] @ Eb[:, i_].T, P_, atol=1e-8)   # each eigenspace's projector
+            np.testing.assert_allclose(Eb[:, k, 0], r, atol=1e-8); np.testing.assert_allclose(Eb[:, k, 1:], 0, atol=0)
             assert (Eb[:, :k].sum(0) >= -1e-12).all()
-            np.testing.assert_allclose(Eb.T @ Eb, np.eye(k + 1), atol=1e-10)                       # orthonormal
-            one = np.ones(gg.num_nodes); np.testing.assert_allclose(Eb @ (Eb.T @ one), one, atol=1e-10)   # 1 lies in span(E)
+            F_ = Eb.reshape(len(Eb), -1); F_ = F_[:, np.abs(F_).sum(0) > 0]
+            np.testing.assert_allclose(F_.T @ F_, np.eye(F_.shape[1]), atol=1e-10)                   # orthonormal (zero padding aside)
+            one = np.ones(gg.num_nodes); np.testing.assert_allclose(F_ @ (F_.T @ one), one, atol=1e-10)   # 1 lies in span(E)
     E0 = centring_basis(b.edge_index, b.num_nodes, b.batch, k=0)   # k = 0: the basis is 1 / sqrt(n_b) of each graph
-    for j, gg in enumerate(gs): np.testing.assert_allclose(E0[b.batch == j, 0].numpy(), np.full(gg.num_nodes, gg.num_nodes ** -0.5), atol=1e-12)
+    for j, gg in enumerate(gs): np.testing.assert_allclose(E0[b.batch == j, 0, 0].numpy(), np.full(gg.num_nodes, gg.num_nodes ** -0.5), atol=1e-12)
 
 def test_basis_regular_graph_has_no_remainder_and_interleaved_batch():
     import networkx as nx
@@ -550,15 +563,17 @@ def test_basis_regular_graph_has_no_remainder_and_interleaved_batch():
     ei = to_undirected(torch.tensor(list(G.edges())).T)
     for op in OPERATORS:
         E = centring_basis(ei, 8, k=2, operator=op).numpy()
-        np.testing.assert_allclose(E[:, 0], np.full(8, 8 ** -0.5), atol=1e-10)
+        assert E.shape == (8, 3, 2)   # the 8-cycle's second eigenvalue is double
+        np.testing.assert_allclose(E[:, 0, 0], np.full(8, 8 ** -0.5), atol=1e-10); np.testing.assert_allclose(E[:, 0, 1], 0, atol=0)
         np.testing.assert_allclose(E[:, 2], 0, atol=0)
     # nodes of the graphs interleaved (not contiguous): the same per-graph basis
     gs = _irregular_graphs()[:2]; n0, n1 = gs[0].num_nodes, gs[1].num_nodes
     perm = torch.randperm(n0 + n1, generator=torch.Generator().manual_seed(0))   # new id of each old node
     b = Batch.from_data_list(gs)
     batch = torch.empty_like(b.batch); batch[perm] = b.batch
-    E = centring_basis(perm[b.edge_index], n0 + n1, batch, k=2)
-    torch.testing.assert_close(E[perm], centring_basis(b.edge_index, n0 + n1, b.batch, k=2))
+    E, E0 = centring_basis(perm[b.edge_index], n0 + n1, batch, k=2)[perm], centring_basis(b.edge_index, n0 + n1, b.batch, k=2)
+    for g_ in (0, 1):   # the same projector of every slot
+        for j in range(3): torch.testing.assert_close(E[b.batch == g_][:, j] @ E[b.batch == g_][:, j].T, E0[b.batch == g_][:, j] @ E0[b.batch == g_][:, j].T)
 
 def test_basis_from_edges_no_dense_batch_and_cached_per_graph(monkeypatch):
     import interpkit.papers.graphnorm as gnm, torch_geometric.utils as pyg_utils
@@ -624,7 +639,7 @@ def test_graphnormv2_reductions_to_pyg_graphnorm_and_rescaling():
         v2.weight.fill_(1); v2.bias.zero_(); v2.tau.fill_(1)
         c = v2.centre(x, b.batch, basis=E)
         for j in range(3):
-            s = b.batch == j; Eb = E[s].float()
+            s = b.batch == j; Eb = E[s].flatten(1).float()
             torch.testing.assert_close(c[s], x[s] - Eb @ (Eb.T @ x[s]), atol=1e-6, rtol=1e-5)
 
 def test_graphnormv2_fixed_centring_does_not_learn():
@@ -780,3 +795,150 @@ def test_graph_set_defaults_are_the_documented_ones():
     assert same(mean_signal_graphs(), mean_signal_graphs(200, (10, 20), 4, 0.5, 4, 0))
     sizes = [g.num_nodes for g in structure_graphs()]
     assert min(sizes) >= 12 and max(sizes) <= 24 and structure_graphs()[0].x.shape[1] == 9
+
+# ---------------------------------------------------------------- issue 49: node orders (the layer must be permutation-equivariant)
+
+from interpkit.papers.graphnorm import EIG_RTOL, _pad_bases
+
+def _relabel(p, x, ei):
+    "The graph with node i renamed p[i]: its features moved to row p[i], its edges renamed."
+    xp = torch.empty_like(x); xp[p] = x
+    return xp, p[ei]
+
+def _params(m): return {name: p.detach().double().numpy() for name, p in m.named_parameters()}
+
+def _one_vector_basis_np(ei, n, k, operator):
+    "What a basis of eigenvectors does: numpy's first k eigenvectors of the largest eigenvalues, one per slot, and the remainder of 1."
+    w, V = np.linalg.eigh(_operator_np(ei, n, operator))
+    V = V[:, np.argsort(w)[::-1][:k]]
+    r = np.ones(n) - V @ (V.T @ np.ones(n))
+    return torch.tensor(np.concatenate([V, (r / np.linalg.norm(r))[:, None]], 1))
+
+@pytest.mark.parametrize('operator', OPERATORS)
+def test_graphnormv2_all_120_orders_of_a_path_beside_an_edge(operator):
+    # before: at k = 1 under GCN the outputs differed by up to 1.6 across these orders: Â's eigenvalue 1 is double (one eigenvector per
+    # component) and one vector of it, whichever eigh returned, got its own coefficient
+    ei, n = to_undirected(torch.tensor([[0, 1, 3], [1, 2, 4]])), 5
+    x = torch.randn(n, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    Ps_all, _ = _projectors_np(_operator_np(ei, n, operator), 5)
+    if operator == 'gcn': assert np.trace(Ps_all[0]) == pytest.approx(2)   # the test's point: a repeated top eigenvalue
+    for k in (1, 2, 3):
+        m = _random_v2(4, k, 7).double()
+        ref = _v2_reference(x.numpy(), *_projectors_np(_operator_np(ei, n, operator), k), _params(m))
+        one_vector = []
+        for p in itertools.permutations(range(n)):
+            p = torch.tensor(p); xp, eip = _relabel(p, x, ei)
+            with torch.no_grad():
+                np.testing.assert_allclose(m(xp, basis=centring_basis(eip, n, k=k, operator=operator))[p].numpy(), ref, atol=1e-9)
+                one_vector.append(m(xp, basis=_one_vector_basis_np(eip, n, k, operator))[p].numpy())
+        spread = np.ptp(np.stack(one_vector), axis=0).max()
+        if operator == 'gcn' and k in (1, 2): assert spread > 0.1   # the check has power: a basis of eigenvectors fails it
+        if operator == 'gin': assert spread < 1e-9                  # A + I of this graph has simple eigenvalues: eigenvectors are enough
+
+def test_graphnormv2_all_720_orders_of_a_6_cycle_against_closed_form_projectors():
+    # the 6-cycle's adjacency has eigenvalues 2 cos(2 pi j / 6): 2, 1 (twice), -1 (twice), -2. Projectors by Lagrange interpolation
+    # over the exact distinct eigenvalues, P_mu = prod_{nu != mu} (M - nu I) / (mu - nu), no eigendecomposition at all
+    ei, n = to_undirected(torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])), 6
+    adj = np.array([[1.0 if (i - j) % 6 in (1, 5) else 0.0 for j in range(6)] for i in range(6)])
+    x = torch.randn(n, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    perms = list(itertools.permutations(range(n)))
+    for operator, M, mus in (('gcn', (adj + np.eye(6)) / 3, [1, 2 / 3, 0, -1 / 3]), ('gin', adj + np.eye(6), [3, 2, 0, -1])):
+        lag = lambda mu: np.linalg.multi_dot([np.eye(6)] + [(M - nu * np.eye(6)) / (mu - nu) for nu in mus if nu != mu])
+        Ps = [lag(mu) for mu in mus]
+        np.testing.assert_allclose(sum(Ps), np.eye(6), atol=1e-12)   # the projectors resolve the identity
+        for k in (1, 2, 3):
+            m = _random_v2(3, k, 8).double()
+            ref = _v2_reference(x.numpy(), Ps[:k], np.zeros(6), _params(m))   # regular: 1 is an eigenvector, no remainder
+            for p in perms:
+                p = torch.tensor(p); xp, eip = _relabel(p, x, ei)
+                with torch.no_grad(): np.testing.assert_allclose(m(xp, basis=centring_basis(eip, n, k=k, operator=operator))[p].numpy(), ref, atol=1e-9)
+
+def test_random_and_disconnected_graphs_under_seeded_permutations():
+    # the demo's own graphs (Erdős–Rényi ones are often disconnected) and sparse CSBMs with isolated nodes; 5 seeded orders each
+    from scipy.sparse.csgraph import connected_components
+    from scipy.sparse import coo_matrix
+    gs = structure_graphs(12, seed=8) + [csbm(n=n, d=3, p_in=0.15, p_out=0.02, seed=s) for n, s in ((14, 1), (20, 2))]
+    comps = [connected_components(coo_matrix((np.ones(g.edge_index.shape[1]), g.edge_index.numpy()), shape=(g.num_nodes,) * 2))[0] for g in gs]
+    assert max(comps) > 1   # some are disconnected
+    gen = torch.Generator().manual_seed(2)
+    for g in gs:
+        x = torch.randn(g.num_nodes, 4, generator=gen, dtype=torch.float64)
+        for operator in OPERATORS:
+            for k in (1, 2):
+                m = _random_v2(4, k, 9).double()
+                ref = _v2_reference(x.numpy(), *_projectors_np(_operator_np(g.edge_index, g.num_nodes, operator), k), _params(m))
+                for _ in range(5):
+                    p = torch.randperm(g.num_nodes, generator=gen); xp, eip = _relabel(p, x, g.edge_index)
+                    with torch.no_grad(): np.testing.assert_allclose(m(xp, basis=centring_basis(eip, g.num_nodes, k=k, operator=operator))[p].numpy(), ref, atol=1e-8)
+
+@pytest.mark.parametrize('conv', CONVS)
+def test_whole_models_are_node_order_invariant(conv):
+    # a trained-looking GraphClassifier (random norm parameters) gives the same logits for every node order; DeepGCN's node logits move with the nodes
+    gs = [g for g in structure_graphs(12, seed=5)][:6]
+    m = GraphClassifier(gs[0].num_features, 8, 3, 3, conv, 'graphv2', k=2, seed=3).eval(); _randomise_norms(m)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for g in gs:
+            out = m(g.x, g.edge_index, None, centring_basis(g.edge_index, g.num_nodes, k=2, operator=conv))
+            for _ in range(3):
+                p = torch.randperm(g.num_nodes, generator=gen); xp, eip = _relabel(p, g.x, g.edge_index)
+                torch.testing.assert_close(m(xp, eip, None, centring_basis(eip, g.num_nodes, k=2, operator=conv)), out, atol=1e-5, rtol=1e-5)
+    g = csbm(n=30, d=4, p_in=0.1, p_out=0.02, seed=3)
+    dm = DeepGCN(4, 8, 3, 3, 'graphv2', k=1, seed=2).eval(); _randomise_norms(dm)
+    with torch.no_grad():
+        out = dm(g.x, g.edge_index, basis=centring_basis(g.edge_index, 30))
+        p = torch.randperm(30, generator=gen); xp, eip = _relabel(p, g.x, g.edge_index)
+        torch.testing.assert_close(dm(xp, eip, basis=centring_basis(eip, 30))[p], out, atol=1e-5, rtol=1e-5)
+
+def test_disconnected_graphs_closed_forms():
+    ei = to_undirected(torch.tensor([[0, 1, 3], [1, 2, 4]]))   # path 0-1-2, edge 3-4, node 5 isolated
+    E = centring_basis(ei, 6, k=1)
+    assert E.shape == (6, 2, 3)   # GCN: eigenvalue 1 once per component
+    deg = np.array([2., 3, 2, 2, 2, 1])   # with self-loops
+    ref = np.zeros((6, 6))
+    for comp in ([0, 1, 2], [3, 4], [5]):
+        v = np.sqrt(deg[comp]); ref[np.ix_(comp, comp)] = np.outer(v, v) / (v @ v)   # D^1/2 1_C, normalised, per component
+    np.testing.assert_allclose((E[:, 0] @ E[:, 0].T).numpy(), ref, atol=1e-12)
+    r = np.ones(6) - ref @ np.ones(6); np.testing.assert_allclose(E[:, 1, 0].numpy(), r / np.linalg.norm(r), atol=1e-12)
+    # GIN: the top eigenvalue of A + I is the path's 1 + sqrt 2 (the edge's is 2, the isolated node's 1), eigenvector (1, sqrt 2, 1) / 2
+    Eg = centring_basis(ei, 6, k=1, operator='gin')
+    assert Eg.shape == (6, 2, 1)
+    np.testing.assert_allclose(Eg[:, 0, 0].numpy(), [.5, 2 ** -.5, .5, 0, 0, 0], atol=1e-12)
+    # two isomorphic components (two triangles): the top eigenvalue 3 of A + I is double, its eigenspace spans both
+    tri2 = to_undirected(torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 0, 4, 5, 3]]))
+    Et = centring_basis(tri2, 6, k=1, operator='gin')
+    assert Et.shape == (6, 2, 2)
+    np.testing.assert_allclose((Et[:, 0] @ Et[:, 0].T).numpy(), np.kron(np.eye(2), np.full((3, 3), 1 / 3)), atol=1e-12)
+    np.testing.assert_allclose(Et[:, 1].numpy(), 0, atol=0)   # 1 lies in that eigenspace: no remainder
+
+def test_eigenvalue_grouping_tolerance_and_width():
+    # eigenvalues closer than EIG_RTOL count as one: a path beside an edge whose GCN eigenvalue 1 is double by construction,
+    # and a diagonal operator with a gap of 1e-9 (one space) against one of 1e-3 (two)
+    from interpkit.papers.graphnorm import _graph_basis
+    assert EIG_RTOL == 1e-6
+    for gap, m_ in ((1e-9, 2), (1e-3, 1)):
+        E = _graph_basis(torch.diag(torch.tensor([1.0, 1.0 - gap, 0.5, 0.2], dtype=torch.float64)), 1)
+        assert E.shape == (4, 2, m_)
+    ei = to_undirected(torch.tensor([[0, 1, 3], [1, 2, 4]]))
+    E = centring_basis(ei, 5, k=1, width=4)
+    assert E.shape == (5, 2, 4) and torch.equal(E[:, :, :2], centring_basis(ei, 5, k=1)) and (E[:, :, 2:] == 0).all()
+    with pytest.raises(ConfigError, match='width'): centring_basis(ei, 5, k=1, width=1)
+    # more slots than distinct eigenvalues: the extra slots are empty
+    E1 = centring_basis(torch.zeros(2, 0, dtype=torch.long), 1, k=3)
+    assert E1.shape == (1, 4, 1) and E1[0, 0, 0] == 1 and (E1[0, 1:] == 0).all()
+
+def test_batches_of_graphs_with_different_multiplicities():
+    # graphs whose bases have different widths are padded, so a PyG batch concatenates them; the accuracy equals the graphs one by one
+    from torch_geometric.data import Data
+    gs = structure_graphs(12, seed=8)   # three of its Erdős–Rényi graphs are disconnected
+    withb = [Data(**{**g.to_dict(), 'basis': centring_basis(g.edge_index, g.num_nodes, k=1).float()}) for g in gs]
+    assert len({g.basis.shape[2] for g in withb}) > 1
+    padded = _pad_bases(withb)
+    assert len({g.basis.shape[2] for g in padded}) == 1
+    m = GraphClassifier(gs[0].num_features, 8, 3, 2, 'gcn', 'graphv2', seed=1).eval(); _randomise_norms(m)
+    with torch.no_grad():
+        hits = sum(int(m(g.x, g.edge_index, None, g.basis).argmax() == g.y) for g in withb)
+        b = Batch.from_data_list(padded)
+        logits = m(b.x, b.edge_index, b.batch, b.basis, b.num_graphs)
+        torch.testing.assert_close(logits, torch.cat([m(g.x, g.edge_index, None, g.basis) for g in withb]), atol=1e-5, rtol=1e-5)
+    assert graph_accuracy(m, withb, batch_size=5) == hits / len(gs)

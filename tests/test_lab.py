@@ -56,8 +56,9 @@ def api(url, path):
     with urllib.request.urlopen(f'{url}{path}?token={TOKEN}', timeout=10) as r: return json.load(r)
 
 def kernel_states(url) -> list[str]:
-    "The execution state of every running kernel."
-    return [k.get('execution_state') for k in api(url, '/api/kernels')]
+    "The execution state of every running kernel; ['error: ...'] when the server cannot list them."
+    try: return [k.get('execution_state') for k in api(url, '/api/kernels')]
+    except OSError as e: return [f'error: {e}']
 
 def diagnosis(page, url, root) -> str:
     "What the page and the server show: a screenshot's path, dialogs, error outputs, kernel states and the server log's tail."
@@ -96,8 +97,15 @@ def test_widget_in_jupyterlab(lab):
                 if kernel_states(url) == ['idle']: break
                 page.wait_for_timeout(1000)
             else: pytest.fail(f'no idle kernel within 120 s\n{diagnosis(page, url, root)}')
-            page.get_by_role('menuitem', name='Run', exact=True).click()
-            page.get_by_text('Run All Cells', exact=True).click()
+            started = "() => [...document.querySelectorAll('.jp-InputPrompt')].some(p => /\\[(\\*|\\d+)\\]/.test(p.innerText))"
+            for attempt in range(3):                                           # a click while the page is still settling can be lost: try again
+                page.get_by_role('menuitem', name='Run', exact=True).click()
+                page.get_by_text('Run All Cells', exact=True).click()
+                try:
+                    page.wait_for_function(started, timeout=30_000)            # a cell is queued or has run
+                    break
+                except Exception: continue
+            else: pytest.fail(f'Run All Cells started no cell in 3 tries\n{diagnosis(page, url, root)}')
             wait_for(page, url, root, '.widget-interact select', 300)          # the Explore widget's dropdown, once its cell has run
             page.wait_for_function("() => document.querySelector('.widget-interact img')", timeout=60_000)
             before = widget_image(page)

@@ -1,6 +1,7 @@
 """Tests of interpkit.papers.orion: request-patching against full forward passes with hand-written hooks, the sweep's and
-oversight's scores against a brute-force re-computation (one unpadded prompt at a time), items checked by an independent
-parser, typed errors (masked LMs, bad sites, bad batches), negative layers, dtypes, the model left untouched."""
+oversight's scores against a brute-force re-computation (one unpadded prompt at a time), the sweep's per-item table and the
+paper's probability-kept criterion against loops over that re-computation, items checked by an independent parser, typed errors
+(masked LMs, bad sites, bad batches), negative layers, dtypes, the model left untouched."""
 import copy, inspect, os, random, re
 import pytest, torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
@@ -11,7 +12,8 @@ from interpkit.models import encode_left
 from interpkit.papers import orion
 from interpkit.papers.orion import (DOMAINS, INJECTIONS, Item, make_items, render, injected, request_patch, answer_id, prompt, task_tokenizer,
                                     last_logits, oversight, patch_report, show_patch, top_tokens, sweep, band_summary, plot_sweep, load_task_lm,
-                                    train_task_lm, task_document, recall_document, chat_prompt, Patched, PatchReport, SweepResult, Band)
+                                    train_task_lm, task_document, recall_document, chat_prompt, Patched, PatchReport, SweepResult, Band,
+                                    probability_kept, Kept, same_request_patch)
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
@@ -198,14 +200,15 @@ def test_model_unchanged_after_success_and_error(untouched):
 
 # ---------- repro 6a: a masked LM gets the core's error, from every entry point, before any work
 
-@pytest.mark.parametrize('name', ['request_patch', 'last_logits', 'sweep', 'oversight', 'patch_report', 'show_patch'])
+@pytest.mark.parametrize('name', ['request_patch', 'last_logits', 'sweep', 'oversight', 'patch_report', 'show_patch', 'same_request_patch'])
 def test_masked_lm_is_refused_with_the_core_error(name, untouched):
     bert, tokenizer = tiny_lm('bert'), task_tokenizer()
     items = make_items('code', 2)
     enc = encode_left(tokenizer, [prompt(tokenizer, 'code', it.c1, it.r1) for it in items])
     call = {'request_patch': lambda: request_patch(bert, enc, enc, ['resid_post(0)']), 'last_logits': lambda: last_logits(bert, enc),
             'sweep': lambda: sweep(bert, tokenizer, items, ['resid_post(0)']), 'oversight': lambda: oversight(bert, tokenizer, items, 'resid_post(0)'),
-            'patch_report': lambda: patch_report(bert, tokenizer, items[0], 'resid_post(0)'), 'show_patch': lambda: show_patch(bert, tokenizer, items[0], 'resid_post(0)')}[name]
+            'patch_report': lambda: patch_report(bert, tokenizer, items[0], 'resid_post(0)'), 'show_patch': lambda: show_patch(bert, tokenizer, items[0], 'resid_post(0)'),
+            'same_request_patch': lambda: same_request_patch(bert, tokenizer, items, ['resid_post(0)'])}[name]
     calls = []
     h = bert.register_forward_pre_hook(lambda *a: calls.append(1))
     try:
@@ -321,7 +324,7 @@ def _brute_sweep(m, tokenizer, items, sites, keep_correct):
         for d in base:
             rs = [r for r in per if r['domain'] == d and (all(r['ok']) or not keep_correct)]
             if rs: scores[s[0], s[1], d] = dict(n=len(rs), p_ref=_mean([r['p_ref'] for r in rs]), **{k: _mean([r['sites'][s][k] for r in rs]) for k in rs[0]['sites'][s]})
-    return base, scores, [it for it, r in zip(items, per) if all(r['ok']) or not keep_correct]
+    return base, scores, [it for it, r in zip(items, per) if all(r['ok']) or not keep_correct], per
 
 def _templated():
     "The task tokenizer with a chat template (of words it knows), so that prompts differ from the template-less ones."
@@ -347,7 +350,7 @@ def test_sweep_scores_equal_brute_force(task, keep_correct, templated, untouched
     sites = [('resid_pre', 0), ('resid_post', 0), ('attn_out', 1), ('mlp_out', 0), ('resid_post', 3)]
     kw = {} if keep_correct else dict(keep_correct=False)     # True is the default
     with untouched(bad, tokenizer): res = sweep(bad, tokenizer, items, [f'{n}({l})' for n, l in sites], batch_size=7, **kw)
-    base, scores, survivors = _brute_sweep(bad, tokenizer, items, sites, keep_correct)
+    base, scores, survivors, per = _brute_sweep(bad, tokenizer, items, sites, keep_correct)
     assert 0 < sum(b['survivors'] for b in base.values()) < len(items)    # the filter has work to do
     assert res.survivors == survivors
     assert sorted(res.base.index) == sorted(base) and res.base.survivors.dtype.kind == 'i'
@@ -359,6 +362,13 @@ def test_sweep_scores_equal_brute_force(task, keep_correct, templated, untouched
         for k, v in want.items(): assert getattr(got[key], k) == pytest.approx(v, abs=2e-6), (key, k)
     spread = res.scores[['acc_r1c1', 'acc_r2c2', 'acc_r1c2']].values
     assert len({round(float(x), 3) for x in spread.ravel()}) > 3     # the accuracies are not all 0 and 1
+    pi = res.per_item                                                # every item at every site, whatever keep_correct
+    assert list(pi.columns) == ['item', 'domain', 'site', 'layer', 'survivor', 'acc_r1c1', 'acc_r2c2', 'acc_r1c2', 'p_r1c1', 'p_r2c2', 'p_r1c2', 'p_ref']
+    assert len(pi) == len(sites) * len(items) and not pi.duplicated(['site', 'layer', 'item']).any()
+    for r in pi.itertuples():
+        want = per[r.item]
+        assert r.domain == items[r.item].domain and bool(r.survivor) == all(want['ok']) and r.p_ref == pytest.approx(want['p_ref'], abs=2e-6)
+        for k, v in want['sites'][(r.site, int(r.layer))].items(): assert getattr(r, k) == pytest.approx(v, abs=2e-6), (r, k)
 
 def test_sweep_is_the_same_for_every_batch_size(task):
     m, _, tokenizer, _ = task
@@ -414,6 +424,10 @@ def test_oversight_and_sweep_leave_model_untouched_and_refuse_bad_input(untouche
         with pytest.raises(SiteError): oversight(m, tokenizer, its, 'resid_post(9)')
         with pytest.raises(ConfigError): sweep(m, tokenizer, [], ['resid_post(0)'])
         none = sweep(m, tokenizer, its, ['resid_post(0)'])          # a random model answers nothing: no survivors
+    assert len(none.per_item) == len(its) and not none.per_item.survivor.any()       # every item is in the per-item table, none survives
+    with pytest.raises(ConfigError, match='keep_correct=False'): probability_kept(none)
+    assert probability_kept(none, keep_correct=False).summary.n.sum() == len(its)
+    assert list(sweep(m, tokenizer, its, []).per_item.columns)[:5] == ['item', 'domain', 'site', 'layer', 'survivor']   # no site: an empty table
     assert none.survivors == [] and len(none.scores) == 0 and list(none.scores.columns) == ['domain', 'site', 'layer', 'n', 'acc_r1c1', 'acc_r2c2', 'acc_r1c2',
                                                                                           'p_r1c1', 'p_r2c2', 'p_r1c2', 'p_ref']
     with pytest.raises(ConfigError): band_summary(none)
@@ -445,6 +459,71 @@ def test_band_summary_against_loops():
                 assert b.per_domain.loc[d, 'kept'] == pytest.approx(r['p_r1c2'] / r['p_ref']) and b.per_domain.loc[d, 'n'] == r['n']
     with pytest.raises(ConfigError, match="site='mlp_out'"): band_summary(res, 'mlp_out')
     with pytest.raises(ConfigError): band_summary(res, 'resid_post', [7])
+
+# ---------- the paper's criterion (probability kept) against loops over the brute-force re-computation
+
+@pytest.mark.parametrize('keep_correct', [True, False])
+def test_probability_kept_against_loops(task, keep_correct):
+    "The share kept per domain and layer is a ratio of means (not a mean of ratios), over the survivors or every item; the best layer is the first of the largest."
+    _, bad, tokenizer, _ = task
+    items = [it for d in DOMAINS for it in make_items(d, 6, seed=23)]
+    sites = [('resid_post', l) for l in range(4)] + [('attn_out', 1)]
+    res = sweep(bad, tokenizer, items, ['model.layers.2'] + [f'{n}({l})' for n, l in sites], batch_size=5)
+    base, _, _, per = _brute_sweep(bad, tokenizer, items, sites, False)
+    before = res.per_item.copy()
+    k = probability_kept(res, keep_correct=keep_correct, threshold=0.5)
+    assert res.per_item.equals(before)                               # the table is read, not changed
+    assert isinstance(k, Kept) and (k.site, k.threshold, k.keep_correct) == ('resid_post', 0.5, keep_correct)
+    rows = [(it.domain, r) for it, r in zip(items, per) if all(r['ok']) or not keep_correct]
+    doms = sorted({d for d, _ in rows})
+    assert 0 < sum(all(r['ok']) for r in per) < len(items) and k.by_layer.columns.tolist() == doms and k.by_layer.index.tolist() == [0, 1, 2, 3]
+    for d in doms:
+        rs = [r for dd, r in rows if dd == d]
+        want = [_mean([r['sites'][('resid_post', l)]['p_r1c2'] for r in rs]) / _mean([r['p_ref'] for r in rs]) for l in range(4)]
+        assert k.by_layer[d].tolist() == pytest.approx(want, rel=1e-5)
+        best = max(range(4), key=lambda l: (want[l], -l))
+        s = k.summary.loc[d]
+        assert s.layer == best and s.kept == pytest.approx(want[best], rel=1e-5) and bool(s.holds) == (want[best] >= 0.5) and s.n == len(rs)
+        assert s.base_acc == pytest.approx(_mean([base[d]['acc_r1c1'], base[d]['acc_r2c2'], base[d]['acc_r1c2']]), abs=1e-9)
+    other = probability_kept(res, 'attn_out', keep_correct=keep_correct)
+    assert other.by_layer.index.tolist() == [1] and other.threshold == 0.7 and (other.summary.layer == 1).all()
+
+@pytest.mark.parametrize('templated', [False, True])
+def test_same_request_patch_equals_brute_force(task, templated, untouched):
+    "The control: the source (R2, C1) patched into (R2, C2), scored against R2(C2), R1(C2) and R2(C1) from plain forwards with hand-written hooks."
+    _, bad, tokenizer, _ = task
+    if templated: tokenizer = _templated()
+    items = [it for d in DOMAINS for it in make_items(d, 4, seed=29)]
+    sites = [('resid_post', 0), ('resid_post', 1), ('attn_out', 1)]
+    with untouched(bad, tokenizer): got = same_request_patch(bad, tokenizer, items, [f'{n}({l})' for n, l in sites] + ['resid_post(-3)'], batch_size=3)
+    assert list(got.columns) == ['domain', 'site', 'layer', 'n', 'acc_r2c2', 'acc_r1c2', 'acc_r2c1'] and len(got) == len(sites) * len(DOMAINS)   # resid_post(-3) is resid_post(1)
+    for s in sites:
+        for d in DOMAINS:
+            hits = []
+            for it in [it for it in items if it.domain == d]:
+                s_ids, d_ids = (_ids(tokenizer, prompt(tokenizer, d, c, it.r2)) for c in (it.c1, it.c2))
+                top = int(_forward(bad, d_ids, s, _forward(bad, s_ids, s)[1])[0].argmax())
+                hits.append([top == _word(tokenizer, v) for v in (dict(it.c2)[it.r2], dict(it.c2)[it.r1], dict(it.c1)[it.r2])])
+            r = got[(got.site == s[0]) & (got.layer == s[1]) & (got.domain == d)].iloc[0]
+            assert r.n == len(hits) and [r.acc_r2c2, r.acc_r1c2, r.acc_r2c1] == pytest.approx([_mean([h[k] for h in hits]) for k in range(3)], abs=1e-12), (s, d)
+    assert got[['acc_r2c2', 'acc_r1c2', 'acc_r2c1']].values.sum() > 0 and got.acc_r2c2.nunique() > 1, got    # not all zero, not constant
+    with pytest.raises(ConfigError, match='no items'): same_request_patch(bad, tokenizer, [], ['resid_post(0)'])
+    with pytest.raises(ConfigError, match='batch_size'): same_request_patch(bad, tokenizer, items, ['resid_post(0)'], batch_size=0)
+    with pytest.raises(SiteError): same_request_patch(bad, tokenizer, items, ['resid_post(9)'])
+
+def test_probability_kept_ties_and_bad_input():
+    import pandas as pd
+    pi = pd.DataFrame([dict(item=0, domain='code', site='resid_post', layer=l, survivor=True, acc_r1c1=0., acc_r2c2=0., acc_r1c2=0., p_r1c1=0., p_r2c2=0.,
+                            p_r1c2=p, p_ref=0.5) for l, p in enumerate([0.1, 0.35, 0.2, 0.35])])
+    base = pd.DataFrame({'acc_r1c1': [1.], 'acc_r2c2': [1.], 'acc_r1c2': [1.]}, index=['code'])
+    k = probability_kept(SweepResult(None, base, [], pi))
+    assert k.summary.loc['code', 'layer'] == 1 and k.summary.loc['code', 'kept'] == pytest.approx(0.7) and bool(k.summary.loc['code', 'holds'])   # 0.35 / 0.5: exactly 70% holds
+    assert not probability_kept(SweepResult(None, base, [], pi), threshold=0.71).summary.holds.any()
+    with pytest.raises(ConfigError, match='per-item'): probability_kept(SweepResult(None, base, []))
+    for t in (0, 1.5, '0.7'):
+        with pytest.raises(ConfigError, match='threshold'): probability_kept(SweepResult(None, base, [], pi), threshold=t)
+    with pytest.raises(ConfigError, match="site='mlp_out'"): probability_kept(SweepResult(None, base, [], pi), 'mlp_out')
+    with pytest.raises(ConfigError, match='with a layer'): probability_kept(SweepResult(None, base, [], pi.assign(layer=float('nan'))))
 
 # ---------- dtypes: no float32 forced; probabilities in float32 at least
 
@@ -576,8 +655,8 @@ def test_one_vocabulary():
         if not inspect.isfunction(f): continue
         params = inspect.signature(f).parameters
         assert 'tok' not in params, name
-        if name in ('request_patch', 'last_logits', 'sweep', 'oversight'): assert 'batch_size' in params, name
-    for name in ('chat_prompt', 'prompt', 'answer_id', 'sweep', 'oversight', 'top_tokens', 'patch_report', 'show_patch'):
+        if name in ('request_patch', 'last_logits', 'sweep', 'oversight', 'same_request_patch'): assert 'batch_size' in params, name
+    for name in ('chat_prompt', 'prompt', 'answer_id', 'sweep', 'oversight', 'top_tokens', 'patch_report', 'show_patch', 'same_request_patch'):
         assert 'tokenizer' in inspect.signature(getattr(orion, name)).parameters, name
 
 # ---------- training documents and the shipped model

@@ -15,6 +15,8 @@ from interpkit.models import tiny_config, tiny_lm, tiny_tokenizer
 from interpkit.testing import snapshot
 from interpkit.train import assets_dir
 import interpkit.papers.rm_contrast as rmc
+from interpkit.papers.rm_contrast import (POLE_DESCRIPTIONS, DescriptionDetector, demo_heldout, detector_agreement, detector_shifts, lexicon_detector,
+                                          representatives_null, revalidate)
 from interpkit.papers.rm_contrast import (RESPONSE_ATTRIBUTES, PLANTED, RM_ASSET, RESPONSE_TEMPLATE, SIDES, STEP1_TEMPLATE, STEP2_TEMPLATE, TOPICS,
                                           Attribute, PreferencePair, Explanation, LMRewriter, Span, SpanEditor, as_comparisons, attribute,
                                           attribute_levels, classifier_reward, coverage, demo_comparisons, demo_prompt, demo_response, explain,
@@ -523,11 +525,49 @@ def test_explain_against_closed_forms():
         if row.side == 'rejected': assert row.chosen == c.chosen
         pairs = [(n, o) for n, o in ((row.chosen, c.chosen), (row.rejected, c.rejected)) if n != o]
         assert row.syntactic == pytest.approx(np.mean([lev(n, o)/max(len(n), len(o)) for n, o in pairs]) if pairs else 0.0, abs=1e-12)
-    # each distinct (prompt, response) is scored once after orienting
+    # each distinct (prompt, response) is scored once: the originals when orienting, the perturbed ones after, never again
+    originals = {(c.prompt, y) for c in cs for y in (c.chosen, c.rejected)}
     later = rm.seen[2*len(raw):]
-    assert len(later) == len(set(later)) and set(later) == {(cs[i].prompt, y) for i, a, b in zip(t.comparison, t.chosen, t.rejected) for y in (a, b)}
+    assert set(rm.seen[:2*len(raw)]) == originals and len(later) == len(set(later))
+    assert set(later) == {(cs[i].prompt, y) for i, a, b in zip(t.comparison, t.chosen, t.rejected) for y in (a, b)} - originals
     assert rm.calls[:3] == [5, 5, 2] and all(k <= 5 for k in rm.calls)
     np.testing.assert_array_equal(ex.swapped, orient(LinearRM(), raw)[2])
+
+class DriftingRM(LinearRM):
+    "LinearRM plus 0.01 times the index of the call: a pair scored in two calls gets two different rewards."
+    def __init__(self): super().__init__(); self.got = {}
+    def __call__(self, prompts, responses):
+        k = len(self.calls)
+        out = [v + 0.01*k for v in super().__call__(prompts, responses)]
+        for p, y, v in zip(prompts, responses, out): self.got.setdefault((p, y), []).append(v)
+        return out
+
+def test_explain_scores_each_pair_once_and_reuses_the_originals():
+    # Before the fix, `explain` scored the originals again beside the perturbed responses (604 scorings for 524 distinct pairs in the
+    # notebook's first version): with this reward model every original then had two rewards, and a side left unedited moved the margin.
+    rm, raw = DriftingRM(), comparisons_for_rm(5, seed=4)
+    ex = explain(rm, raw, baseline=True, encoder=False, batch_size=7)
+    cs, t = ex.comparisons, ex.table
+    needed = {(c.prompt, y) for c in cs for y in (c.chosen, c.rejected)} | {(cs[i].prompt, y) for i, a, b in zip(t.comparison, t.chosen, t.rejected) for y in (a, b)}
+    assert len(rm.seen) == len(set(rm.seen)) == len(needed) and set(rm.seen) == needed and sum(rm.calls) == len(needed)
+    assert len(rm.calls) >= 10 and all(len(v) == 1 for v in rm.got.values())   # many calls: a second scoring would drift by >= 0.01
+    r = {k: v[0] for k, v in rm.got.items()}
+    signed = np.array([r[c.prompt, c.chosen] - r[c.prompt, c.rejected] for c in cs])
+    np.testing.assert_array_equal(ex.margins, signed)
+    assert (signed >= 0).all()
+    np.testing.assert_array_equal(t.new_margin, [r[cs[i].prompt, a] - r[cs[i].prompt, b] for i, a, b in zip(t.comparison, t.chosen, t.rejected)])
+    np.testing.assert_array_equal(t.margin, ex.margins[t.comparison])
+    same = (t.chosen.to_numpy() == np.array([cs[i].chosen for i in t.comparison])) & (t.rejected.to_numpy() == np.array([cs[i].rejected for i in t.comparison]))
+    orig_r = np.array([cs[i].rejected for i in t.comparison])
+    assert same.sum() >= 5 and (t.rejected.to_numpy() == orig_r)[t.side.to_numpy() == 'chosen'].all()
+    np.testing.assert_array_equal(t.new_margin[same], t.margin[same])   # nothing edited: the very same margin
+    one = (t.side == 'chosen') & ~same   # only the chosen response edited: the margin moves by its reward change alone
+    assert one.sum() >= 20
+    np.testing.assert_allclose(t.new_margin[one] - t.margin[one], [r[cs[i].prompt, a] - r[cs[i].prompt, cs[i].chosen] for i, a in zip(t.comparison[one], t.chosen[one])],
+                               rtol=0, atol=1e-12)
+    rm2 = DriftingRM()
+    oc, m, sw = orient(rm2, raw + raw[:2], batch_size=3)   # a repeated comparison: its pairs are scored once, and both copies get one margin
+    assert len(rm2.seen) == len(set(rm2.seen)) == 2*len(raw) and m[len(raw)] == m[0] and m[len(raw) + 1] == m[1]
 
 def test_explain_sides_names_and_swaps():
     rm, raw = LinearRM(), comparisons_for_rm(4, seed=8)
@@ -591,6 +631,100 @@ def test_explain_semantic_locality(minilm):
         want = np.mean([1 - float(e(n) @ e(o)) for n, o in pairs]) if pairs else 0.0
         assert row.semantic == pytest.approx(want, abs=2e-5)
     assert (ex.table.semantic > 1e-3).sum() >= 3
+
+# ---------------------------------------------------------------- 9b. detectors independent of the lexicon, revalidate, calibration
+
+def test_pole_descriptions_share_nothing_with_the_lexicon():
+    assert list(POLE_DESCRIPTIONS) == [a.name for a in RESPONSE_ATTRIBUTES]
+    for name, pair in POLE_DESCRIPTIONS.items():
+        assert len(pair) == 2 and pair[0] != pair[1]
+        for d in pair:
+            for lo, hi in (p for a in RESPONSE_ATTRIBUTES for p in a.pairs): assert count(d, lo) == count(d, hi) == 0, (name, d)
+            assert all(a.score(d) == 0 and not a.spans(d) for a in RESPONSE_ATTRIBUTES)
+
+def test_description_detector_against_our_embeddings(untouched):
+    m, t = tiny_lm('bert', d_model=32, seed=7).bert, tiny_tokenizer()
+    desc = {'toy': ('w1 w2', 'w3 w4 w5'), 'other': ('w6', 'w7 w7')}
+    det = DescriptionDetector(desc, m, t, batch_size=2)
+    texts = ['w8 w9', 'w3 w4', 'w10', 'w8 w9', 'w1 w11 w12 w13']
+    def want(name):
+        lo, hi = (hand_embed(m, t, x) for x in desc[name])
+        return [float(hand_embed(m, t, x) @ hi - hand_embed(m, t, x) @ lo) for x in texts]
+    with untouched(m, t):
+        got = det(texts, 'toy')
+        got_other = det(texts, Attribute('other', 'x', (('a', 'b'),)))   # an Attribute goes by its name
+    assert got.dtype == np.float64 and got.shape == (5,)
+    np.testing.assert_allclose(got, want('toy'), atol=1e-5)
+    np.testing.assert_allclose(got_other, want('other'), atol=1e-5)
+    assert got[0] == got[3] and len(set(np.round(got, 5))) == 4   # the check sees which score goes where
+    assert set(det._e) == set(texts) | {x for p in desc.values() for x in p}   # each distinct text embedded once, kept
+    assert det([], 'toy').shape == (0,) and 'DescriptionDetector(2' in repr(det)
+    with pytest.raises(ConfigError, match='toy'): det(texts, 'tox')
+    for bad in ({'a': ('x',)}, {'a': ('x', '')}, {'a': 'xy'}, {'a': ('x', 3)}):
+        with pytest.raises(ConfigError): DescriptionDetector(bad, m, t)
+    with pytest.raises(ConfigError): DescriptionDetector(desc, m, t, batch_size=0)
+
+def hand_validity(ex, score):
+    "Validity and shifts by loops: each edited response's score change, chosen down and rejected up, all edited sides of the row."
+    out = []
+    for r in ex.table.itertuples():
+        c, a = ex.comparisons[r.comparison], r.attribute
+        dc = score(r.chosen, a) - score(c.chosen, a) if r.chosen != c.chosen else 0.0
+        dr = score(r.rejected, a) - score(c.rejected, a) if r.rejected != c.rejected else 0.0
+        ok_c, ok_r = r.chosen != c.chosen and dc < 0, r.rejected != c.rejected and dr > 0
+        out.append((dc, dr, dict(chosen=ok_c, rejected=ok_r, both=ok_c and ok_r)[r.side]))
+    return pd.DataFrame(out, columns=['d_chosen', 'd_rejected', 'valid'])
+
+def test_revalidate_with_the_lexicon_and_with_another_detector():
+    rm, raw = LinearRM(), demo_comparisons(6, PLANTED['helpful'], seed=23, beta=np.inf)
+    ex = explain(rm, raw, baseline=True, encoder=False, seed=2)
+    lex = revalidate(ex, lexicon_detector)
+    att = (ex.table.editor == 'attribute').to_numpy()
+    np.testing.assert_array_equal(lex.table.valid[att], ex.table.valid[att])   # the span edits' own validity, exactly
+    np.testing.assert_array_equal(lex.table.valid_lexicon, ex.table.valid)
+    want = hand_validity(ex, lambda y, a: level(y, a) * len(LEXICON[a]))
+    for k in ('d_chosen', 'd_rejected'): np.testing.assert_allclose(lex.table[k], want[k], atol=1e-12)
+    np.testing.assert_array_equal(lex.table.valid, want.valid)
+    assert not lex.table.valid[~att].any() and ex.table.valid[~att].any()   # random edits leave the lexicon alone: valid before only by inheritance
+    # a detector that reads something else: the number of words with a "t" in them
+    tee = lambda texts, a: np.array([sum('t' in w for w in x.split()) + 0.1*len(a.name) for x in texts])
+    other = revalidate(ex, tee)
+    want = hand_validity(ex, lambda y, a: sum('t' in w for w in y.split()) + 0.1*len(a))
+    for k in ('d_chosen', 'd_rejected'): np.testing.assert_allclose(other.table[k], want[k], atol=1e-9)
+    np.testing.assert_array_equal(other.table.valid, want.valid)
+    assert other.table.valid.any() and (~other.table.valid & ex.table.valid).any()
+    np.testing.assert_array_equal(other.table.counterfactual, other.table.valid & (other.table.new_margin < 0))
+    np.testing.assert_array_equal(other.table.semifactual, other.table.valid & (other.table.new_margin >= 0))
+    for k in ('comparison', 'attribute', 'side', 'editor', 'chosen', 'rejected', 'new_margin', 'margin'): np.testing.assert_array_equal(other.table[k], ex.table[k])
+    np.testing.assert_array_equal(revalidate(other, lexicon_detector).table.valid_lexicon, ex.table.valid)   # the first verdict is kept
+    assert 'valid_lexicon' not in ex.table   # the explanation given is left as it was
+    calls = []
+    def spy(texts, a): calls.append((a.name, len(texts), len(set(texts)))); return lexicon_detector(texts, a)
+    detector_shifts(ex, spy)
+    assert {n for n, _, _ in calls} == set(ex.table.attribute) and all(n == u for _, n, u in calls)   # distinct texts only
+    with pytest.raises(ShapeError): revalidate(ex, lambda texts, a: np.zeros(len(texts) + 1))
+    with pytest.raises(NotFiniteError): revalidate(ex, lambda texts, a: np.full(len(texts), np.nan))
+    with pytest.raises(ConfigError): revalidate(ex, lexicon_detector, attributes=[TOY])
+
+def test_detector_agreement_by_hand():
+    rng = random.Random(8)
+    texts = [demo_response(i % 12, {a.name: [rng.choice((-1, 1)) for _ in a.pairs] for a in RESPONSE_ATTRIBUTES}) for i in range(10)]
+    cal = detector_agreement(lexicon_detector, texts, seed=3)
+    assert list(cal.columns) == ['attribute', 'text', 'direction', 'd_span', 'd_random', 'agrees', 'random_agrees']
+    assert len(cal) == 8*10 and list(cal.attribute.unique()) == [a.name for a in RESPONSE_ATTRIBUTES] and set(cal.direction) == {-1, 1}
+    for r in cal.itertuples():
+        a = attribute(r.attribute)
+        y = texts[r.text]
+        assert a.rewrite(y, r.direction) is not None
+        assert r.d_span == (level(a.rewrite(y, r.direction), r.attribute) - level(y, r.attribute)) * len(a.pairs)
+    assert cal.agrees.all() and not cal.random_agrees.any() and (cal.d_random == 0).all()
+    neg = detector_agreement(lambda t, a: -lexicon_detector(t, a), texts, seed=3)
+    assert not neg.agrees.any() and (neg.direction == cal.direction).all()
+    assert not detector_agreement(lexicon_detector, texts, seed=4).direction.equals(cal.direction)
+    np.testing.assert_array_equal(detector_agreement(lexicon_detector, texts, seed=3).d_span, cal.d_span)
+    one_way = detector_agreement(lexicon_detector, [demo_response(0, poles_all(1))], ['politeness'])   # every slot high: only down
+    assert list(one_way.direction) == [-1]
+    assert detector_agreement(lexicon_detector, ['no phrases'], ['politeness']).empty
 
 # ---------------------------------------------------------------- 10. coverage
 
@@ -703,6 +837,33 @@ def test_representatives_by_brute_force():
 def test_representatives_break_exact_ties_by_comparison():
     got = representatives(hand_explanation(rep_rows(), 8), k=2)
     assert list(got.comparison) == [0, 3]
+
+def test_representatives_null_by_brute_force():
+    # One comparison with three distinct local shifts: a shuffle gives each of the 3! orders with probability 1/6, so rho is 1 or -1
+    # with probability 1/6 each and 0.5 or -0.5 with 1/3 each. Over 1200 shuffles each count is binomial; |z| < 5 fails with
+    # probability below 3e-6 per count (the seed is fixed, so it is deterministic anyway).
+    rows = [dict(comparison=0, attribute=a, side='chosen', valid=True, margin=1.0, new_margin=1.0 - s, syntactic=0.0) for a, s in zip('abc', (0.3, 0.7, 0.1))]
+    rows += [dict(comparison=1, attribute=a, side='chosen', valid=True, margin=1.0, new_margin=1.0 - s, syntactic=0.0) for a, s in zip('abc', (0.2, 0.9, 0.5))]
+    ex = hand_explanation(rows, 2)
+    glob = sensitivity(ex)['shift']
+    null = representatives_null(ex, k=1, n_permutations=1200, min_attributes=3, seed=5)
+    assert null.shape == (1200,)
+    # both comparisons shuffled independently; the statistic is the larger rho: P(max = v) from the 6 x 6 equally likely pairs
+    vals = [1.0, 0.5, 0.5, -0.5, -0.5, -1.0]
+    p = {v: sum(max(x, y) == v for x in vals for y in vals) / 36 for v in set(vals)}
+    for v, pv in p.items():
+        k = int(np.isclose(null, v).sum())
+        assert abs(k - 1200*pv) / math.sqrt(1200*pv*(1 - pv)) < 5, (v, k, pv)
+    assert np.isin(np.round(null, 9), list(p)).all()
+    np.testing.assert_array_equal(null, representatives_null(ex, k=1, n_permutations=1200, min_attributes=3, seed=5))
+    assert not np.array_equal(null, representatives_null(ex, k=1, n_permutations=1200, min_attributes=3, seed=6))
+    both = representatives_null(ex, k=2, n_permutations=50, seed=1)   # k = 2: the mean of both comparisons' rhos
+    assert np.isin(np.round(2*both, 9), [x + y for x in vals for y in vals]).all()
+    assert np.isnan(representatives_null(ex, k=1, n_permutations=3, min_attributes=4)).all()   # no comparison qualifies
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError): representatives_null(ex, n_permutations=bad)
+    # unshuffled, the statistic is what representatives reports: a shuffle that keeps the order gives it back
+    assert representatives(ex, k=1).rho.iloc[0] == max(float(np.round(np.corrcoef(ranks(np.array(v)), ranks(glob[list('abc')].to_numpy()))[0, 1], 12)) for v in ((0.3, 0.7, 0.1), (0.2, 0.9, 0.5)))
 
 # ---------------------------------------------------------------- views
 
@@ -844,6 +1005,30 @@ def test_load_rm_demo(minilm):
     for bad in (dict(comparison=n, attribute='politeness'), dict(comparison=0, attribute='politness'), dict(comparison=0, attribute='politeness', side='neither')):
         with pytest.raises(ConfigError): perturbation_view(ex, **bad)
     assert isinstance(dm.rewrites, pd.DataFrame) and len(dm.rewrites)
+    # the independent detector's verdicts: shipped shifts against a live DescriptionDetector on the first two comparisons
+    det = DescriptionDetector(encoder=enc, tokenizer=tok)
+    d = detector_shifts(live, det)
+    ind = dm.independent[name].table
+    part = ind[ind.comparison < 2].reset_index(drop=True)
+    # measured like the margins: float32 MiniLM embeddings move a shift by ~1e-6 across kernels
+    np.testing.assert_allclose(d.d_chosen, part.d_chosen, atol=1e-4); np.testing.assert_allclose(d.d_rejected, part.d_rejected, atol=1e-4)
+    for nm, ex in dm.independent.items():
+        t, t0 = ex.table, dm.explanations[nm].table
+        np.testing.assert_array_equal(t.valid_lexicon, t0.valid)
+        ec = t.chosen.to_numpy() != np.array([ex.comparisons[i].chosen for i in t.comparison])
+        er = t.rejected.to_numpy() != np.array([ex.comparisons[i].rejected for i in t.comparison])
+        assert ((t.d_chosen == 0) | ec).all() and ((t.d_rejected == 0) | er).all()
+        ok_c, ok_r = ec & (t.d_chosen < 0), er & (t.d_rejected > 0)
+        np.testing.assert_array_equal(t.valid, np.where(t.side == 'chosen', ok_c, np.where(t.side == 'rejected', ok_r, ok_c & ok_r)))
+        assert 0.2 < t.valid.mean() < 0.9   # neither all nor nothing: a detector that reads the texts
+        # held-out margins: the accuracies the tool wrote, and two margins recomputed live
+        m = dm.heldout_margins[nm]
+        assert m.shape == (meta['n_train'] - meta['n_fit'],)
+        assert (m > 0).mean() == pytest.approx(meta['training'][nm]['heldout_accuracy_labels'], abs=1e-12)
+        held = demo_heldout(nm, meta)[:2]
+        r = rewards(dm.reward_models[nm], [c.prompt for c in held]*2, [c.chosen for c in held] + [c.rejected for c in held])
+        np.testing.assert_allclose(r[:2] - r[2:], m[:2], atol=1e-4)
+    assert demo_heldout('helpful', meta) == demo_comparisons(meta['n_train'], PLANTED['helpful'], seed=meta['train_seeds']['helpful'], beta=meta['beta'])[meta['n_fit']:]
 
 
 # Gaps found by mutmut

@@ -534,6 +534,16 @@ def test_toy_data(data):
     assert not torch.equal(tr.x[:10], te.x[:10]) and toy_digits('train', square_class=None).has_square().sum() == 0
     assert toy_digits('train', p=1.0).has_square()[tr.y == 3].all() and toy_digits('train', square_class=5, p=1.0).has_square()[tr.y == 5].all()
     assert torch.equal(toy_digits('train').x, tr.x) and not torch.equal(toy_digits('train', seed=1).x, tr.x)   # same seed, same data
+    # the official model B's data: a square in half of the images of every class, on the same coloured digits (same colours, same square places)
+    al = toy_digits('train', square_class='all', p=0.5)
+    h_all, h = al.has_square(), tr.has_square()
+    for c in range(10):
+        k, n = int(h_all[al.y == c].sum()), int((al.y == c).sum())
+        assert stats.binomtest(k, n, 0.5).pvalue > 1e-6, (c, k, n)   # Binomial(n, 0.5) per class: with 10 classes, a false failure below 1e-5
+    assert torch.equal(al.y, tr.y) and torch.equal(al.x[~h_all & ~h], tr.x[~h_all & ~h]) and torch.equal(al.x[h_all & h], tr.x[h_all & h])
+    assert torch.equal(al.square_mask[h_all & h], tr.square_mask[h_all & h]) and (al.square_mask.flatten(1).sum(1)[h_all] == 25).all()
+    for bad in ('some', 10, -1, True, 2.5):
+        with pytest.raises(ConfigError, match='square_class'): toy_digits(square_class=bad)
     x = tr.x[:3].clone()
     y, mask = paste_square(x, torch.tensor([True, False, True]), seed=1)
     assert torch.equal(x, tr.x[:3]) and torch.equal(y[1], x[1]) and mask[[0, 2]].flatten(1).sum(1).tolist() == [25, 25] and not mask[1].any()
@@ -574,9 +584,10 @@ def test_short_training_run(data):
 def test_shipped_models_and_the_square(data):
     models, tokenizer, meta = load_toy_models()
     assert isinstance(models, ToyModels) and tokenizer is None and meta['steps'] >= 100
-    A, A2, B = models
-    assert [k for k, _ in models.items()] == list(TOY_MODELS) == ['A', "A'", 'B'] and models.items()[1][1] is A2 is models.a2
-    assert not torch.equal(A.head.weight, A2.head.weight) and not torch.equal(A.head.weight, B.head.weight)
+    A, A2, B, B2 = models
+    assert [k for k, _ in models.items()] == list(TOY_MODELS) == ['A', "A'", 'B', "B'"] and models.items()[1][1] is A2 is models.a2 and models.items()[3][1] is B2 is models.b2
+    assert TOY_MODELS["B'"] == dict(square_class='all', p=0.5, seed=0) and meta['models']["B'"]['train_images_with_square'] == int(toy_digits('train', square_class='all', p=0.5).has_square().sum())
+    assert not torch.equal(A.head.weight, A2.head.weight) and not torch.equal(A.head.weight, B.head.weight) and not torch.equal(B.head.weight, B2.head.weight)
     assert 'ToyCNN(' in repr(models) and 'tensor' not in repr(models)
     clean = toy_digits('test', square_class=None)
     others = clean.y != 3
@@ -586,12 +597,12 @@ def test_shipped_models_and_the_square(data):
         to3 = {k: (m(pasted).argmax(-1) == 3).float().mean().item() for k, m in models.items()}
     assert min(acc.values()) > 0.85
     for k in TOY_MODELS: assert acc[k] == pytest.approx(meta['models'][k]['clean_test_accuracy'], abs=1e-6)   # the asset is what was trained
-    assert to3['A'] > 0.5 and to3["A'"] > 0.5 and to3['B'] < 0.05      # A and A' use the square, B does not
+    assert to3['A'] > 0.5 and to3["A'"] > 0.5 and to3['B'] < 0.05 and to3["B'"] < 0.05   # A and A' use the square, B and B' do not
 
 def test_rsvc_finds_the_planted_square(data):
     "The notebook's claim on the shipped models: the concept that is the square is important to A, missing from B, first among A's unique ones."
     tr, te = data
-    (A, A2, B), _, _ = load_toy_models()
+    (A, A2, B, B2), _, _ = load_toy_models()
     threes = te.y == 3
     res = compare(A, B, tr.x[tr.y == 3], target=3, site_a=TOY_SITE, eval_images=te.x[threes], n_concepts=10, head_a=A.head, head_b=B.head)
     # which concept is the square, independently of RSVC: the correlation of its coefficients with each patch's square pixels
@@ -605,6 +616,21 @@ def test_rsvc_finds_the_planted_square(data):
     assert t.r2[planted] < SHARED_R2 < t.r2_self[planted]
     assert t.unique.rank(ascending=False)[planted] <= 2
     assert t.r2[corr > 0.5].mean() < 0.3 < 0.7 < t.r2[corr <= 0.5].mean()
+    # the paper's setting: B' saw squares in half of every class's images; the same concepts of A, still poorly represented in B'
+    off = compare(A, B2, tr.x[tr.y == 3], target=3, site_a=TOY_SITE, eval_images=te.x[threes], n_concepts=10, head_a=A.head, head_b=B2.head)
+    assert torch.equal(off.coeffs_a, res.coeffs_a) and np.array_equal(off.table.importance, t.importance)
+    t2 = off.table
+    assert t2.r2[planted] < SHARED_R2 < t2.r2_self[planted] and t2.unique.rank(ascending=False)[planted] <= 2
+    assert t2.r2[corr > 0.5].mean() + 0.3 < t2.r2[corr <= 0.5].mean() and t2.r2[planted] > t.r2[planted]   # B' holds more of the square than B, still little
+    # how much of the square each model's activations hold at all (held-out R² of a Lasso to the patches' square share), from scikit-learn directly
+    from sklearn.linear_model import Lasso
+    from sklearn.model_selection import GroupKFold, cross_val_score
+    def square_r2(m):
+        with torch.no_grad(): X = m.features(res.patches.x).mean((-2, -1)).numpy().astype(float)
+        X = (X - X.mean(0)) / np.where(X.std(0) > 1e-12, X.std(0), 1); y = (frac.numpy() - frac.numpy().mean()) / frac.numpy().std()
+        return cross_val_score(Lasso(alpha=0.1), X, y, groups=res.patches.image.numpy(), cv=GroupKFold(5), scoring='r2').mean()
+    r2 = {k: square_r2(m) for k, m in (('A', A), ('B', B), ("B'", B2))}
+    assert r2['B'] < 0.2 and r2["B'"] < 0.5 * r2['A'] and r2['A'] > 0.8, r2
     ctrl = compare(A, A2, tr.x[tr.y == 3], target=3, site_a=TOY_SITE, eval_images=te.x[threes], n_concepts=10, head_a=A.head, head_b=A2.head)
     assert ctrl.table.shared.mean() >= 0.7 and ctrl.table.r2[planted] >= SHARED_R2 and ctrl.table.r2.mean() > t.r2.mean()
 

@@ -11,7 +11,7 @@ from interpkit.train import FitResult, load_asset
 from interpkit.papers.safety_heads import (REFUSAL_KEYWORDS, HARMFUL_TASKS, HARMLESS_TASKS, REQUEST_TEMPLATES, head_map, is_refusal, refusal_rate,
                                            requests, chat_prompts, kl_div, next_token_logits, ships, subspace_angle, sahara, merge_adapter,
                                            adapter_tensors, train_aligned_lm, load_aligned_lm, head_effect, HeadEffect, generate, harmful_batch,
-                                           query_weights, ablation_outcomes, SaharaResult)
+                                           query_weights, ablation_outcomes, SaharaResult, specificity, AblationOutcomes, replies_changed)
 
 @pytest.fixture(scope='module')
 def tiny(): return tiny_lm('llama', n_layers=2, n_heads=4, seed=0)
@@ -266,11 +266,17 @@ def test_generate_against_a_greedy_loop(tiny, tokenizer, untouched):
     with pytest.raises(ConfigError): generate(tiny, tokenizer, ['w1'], batch_size=0)
 
 def test_head_effect(tiny, tokenizer):
-    e = head_effect(tiny, tokenizer, 'w1 w2 w3', -1, 2, max_new_tokens=5, how='zero')
+    "Every field against a hand-made greedy loop, with judges that tell the two replies apart both ways (so swapping them fails)."
+    base, abl = _greedy(tiny, tokenizer, 'w1 w2 w3', 5), _greedy(tiny, tokenizer, 'w1 w2 w3', 5, {1: [2]})
+    assert base != abl
+    e = head_effect(tiny, tokenizer, 'w1 w2 w3', -1, -2, max_new_tokens=5, how='zero', judge=lambda r: r == base)
     assert isinstance(e, HeadEffect) and 'HeadEffect(' in repr(e)
-    assert e.base == _greedy(tiny, tokenizer, 'w1 w2 w3', 5) and e.ablated == _greedy(tiny, tokenizer, 'w1 w2 w3', 5, {1: [2]})
-    assert e.base != e.ablated
-    assert e.base_refuses == is_refusal(e.base) and e.ablated_refuses == is_refusal(e.ablated)
+    assert (e.request, e.layer, e.head, e.base, e.ablated) == ('w1 w2 w3', 1, 2, base, abl)   # negative indices as valid ones
+    assert e.base_refuses is True and e.ablated_refuses is False
+    f = head_effect(tiny, tokenizer, 'w1 w2 w3', 1, 2, max_new_tokens=5, how='zero', judge=lambda r: r == abl)
+    assert (f.base, f.ablated, f.base_refuses, f.ablated_refuses) == (base, abl, False, True)
+    g = head_effect(tiny, tokenizer, 'w1 w2 w3', 1, 2, max_new_tokens=5, how='zero')   # the default judge: `is_refusal`; the tiny model never refuses
+    assert (g.base_refuses, g.ablated_refuses) == (False, False)
     same = head_effect(tiny, tokenizer, 'w1 w2', 1, 2, max_new_tokens=5, eps=1.)
     assert same.base == same.ablated
     with pytest.raises(ConfigError): head_effect(tiny, tokenizer, 'w1', 2, 0)
@@ -282,12 +288,13 @@ def test_head_effect_with_a_known_base_generates_once(tiny, tokenizer, monkeypat
     real = sh.generate
     monkeypatch.setattr(sh, 'generate', lambda *a, **kw: calls.append(kw.get('heads')) or real(*a, **kw))
     e = head_effect(tiny, tokenizer, 'w1 w2 w3', -1, 2, max_new_tokens=5, how='zero', base="I cannot do that")
-    assert calls == [[(-1, 2)]]
-    assert e.base == "I cannot do that" and e.base_refuses and e.ablated == _greedy(tiny, tokenizer, 'w1 w2 w3', 5, {1: [2]})
+    assert calls == [[(1, 2)]]
+    assert e.base == "I cannot do that" and e.ablated == _greedy(tiny, tokenizer, 'w1 w2 w3', 5, {1: [2]})
+    assert e.base_refuses is True and e.ablated_refuses is False   # the given reply is judged (a refusal), the generated one too (not one)
     with pytest.raises(ConfigError, match='base is a list'): head_effect(tiny, tokenizer, 'w1', 0, 0, base=['w1'])
 
 def test_ablation_outcomes_against_hand_counts(tiny, tokenizer, untouched):
-    harmful, harmless = ['w1 w2', 'w3', 'w4 w5 w6', 'w7'], ['w8 w9', 'w10']
+    harmful, harmless = ['w1 w2', 'w3', 'w4 w5 w6', 'w7'], ['w8 w9', 'w30 w31', 'w40']
     sets = {'none': [], 'one': [(1, 2)], 'two': {0: [0], -1: [3]}}
     judge = lambda r: r.startswith('w15 w51')  # a stand-in judge, true for some harmful and some harmless replies of the tiny model
     with untouched(tiny, tokenizer):
@@ -308,6 +315,7 @@ def test_ablation_outcomes_against_hand_counts(tiny, tokenizer, untouched):
         assert row['param fraction'] == pytest.approx(k * tiny.model.layers[0].self_attn.q_proj.weight.numel() / 4 / n_params)
     assert (out.table['answered harmful'] < 1).all()  # the judge calls some harmful replies refusals in every set: 1 - rate differs from 1 + rate
     assert out.table['refused harmless'].nunique() > 1
+    assert 0 < out.table.loc['one', 'harmless changed'] < 1   # some harmless replies changed, not all: a fraction, not 'any'
     assert 'refused harmless' not in ablation_outcomes(tiny, tokenizer, harmful, {'one': [(1, 2)]}, max_new_tokens=2).table
     means = head_means(tiny, torch.randint(0, 128, (4, 6), generator=torch.Generator().manual_seed(2)))
     mean_out = ablation_outcomes(tiny, tokenizer, harmful, {'one': [(1, 2)]}, max_new_tokens=4, how='mean', means=means, batch_size=3)
@@ -332,6 +340,46 @@ def test_ablation_outcomes_with_known_own_replies(tiny, tokenizer, monkeypatch):
     for bad, msg in ((['x'], '1 replies for 2'), ('xy', 'a string')):
         with pytest.raises(ConfigError, match=msg): ablation_outcomes(tiny, tokenizer, harmful, sets, harmless=harmless, own=bad, **kw)
     with pytest.raises(ConfigError, match='for no harmless'): ablation_outcomes(tiny, tokenizer, harmful, sets, own=['x', 'y'], **kw)
+
+def _table(rows, index):
+    return pd.DataFrame(rows, index=index, columns=['heads', 'param fraction', 'answered harmful', 'refused harmless', 'harmless changed'])
+
+def test_specificity_by_hand():
+    "Refusals removed, harmless changed, harmless refusals added and their difference, computed by hand; most specific first."
+    t = _table([[0, 0., .25, .5, 0.], [1, .1, .75, 0., .25], [3, .3, .5, 1., 1.], [1, .1, .25, .5, 0.]], ['none', 'a', 'b', 'c'])
+    sp = specificity(t)
+    assert list(sp.index) == ['a', 'c', 'b']   # specificities .25, 0, -.75
+    want = pd.DataFrame({'heads': [1, 1, 3], 'refusals removed': [.5, 0., .25], 'harmless changed': [.25, 0., 1.],
+                         'harmless refusals added': [-.5, 0., .5], 'specificity': [.25, 0., -.75]}, index=['a', 'c', 'b'])
+    pd.testing.assert_frame_equal(sp, want, check_dtype=False)
+    out = AblationOutcomes(t.rename(index={'none': 'aligned'}), {})
+    pd.testing.assert_frame_equal(specificity(out, base='aligned'), want, check_dtype=False)   # an AblationOutcomes, another base row
+    with pytest.raises(ConfigError, match="No row 'none'"): specificity(out)
+    with pytest.raises(ConfigError, match='no harmless columns'): specificity(t.drop(columns=['refused harmless', 'harmless changed']))
+    t.loc['c', 'harmless changed'] = np.nan   # a set measured on harmful requests only
+    with pytest.raises(ConfigError, match=r"\['c'\] have no harmless"): specificity(t)
+    with pytest.raises(ConfigError): specificity([1, 2])
+
+def test_replies_changed_by_hand():
+    own = ["I'm sorry, I cannot", 'Making pancakes is fun', 'Sure, here it is']
+    new = ["I'm sorry, I cannot", 'Making pancakes is easy', "I'm an AI designed"]
+    assert replies_changed(new, own) == pytest.approx(2 / 3)
+    assert replies_changed(new, own, words=3) == pytest.approx(1 / 3)   # 'Making pancakes is' is kept
+    assert replies_changed(new, own, words=4) == pytest.approx(2 / 3)
+    assert replies_changed(own, own) == 0 and replies_changed(['a  b'], ['a b'], words=2) == 0 and replies_changed(['a  b'], ['a b']) == 1
+    for bad in ((new, own[:2]), ([], []), ('abc', 'abd')):
+        with pytest.raises(ConfigError): replies_changed(*bad)
+    with pytest.raises(ConfigError, match='words=0'): replies_changed(new, own, words=0)
+
+def test_specificity_of_measured_outcomes(tiny, tokenizer):
+    "On the tiny model: the unablated row is left out and each row is its set's answered rate minus the unablated one's, minus its harmless changes."
+    judge = lambda r: r.startswith('w15 w51')
+    out = ablation_outcomes(tiny, tokenizer, ['w1 w2', 'w3', 'w4 w5 w6', 'w7'], {'none': [], 'one': [(1, 2)], 'two': {0: [0], 1: [3]}},
+                            harmless=['w8 w9', 'w30 w31', 'w40'], max_new_tokens=4, how='zero', judge=judge, batch_size=3)
+    sp, t = specificity(out), out.table
+    assert sorted(sp.index) == ['one', 'two']
+    for n in ('one', 'two'):
+        assert sp.loc[n, 'specificity'] == pytest.approx(t.loc[n, 'answered harmful'] - t.loc['none', 'answered harmful'] - t.loc[n, 'harmless changed'])
 
 @pytest.mark.parametrize('arch', ['llama', 'gpt2', 'neox'])
 def test_query_weights_count_the_query_projection(arch):
@@ -458,3 +506,22 @@ def test_load_aligned_lm_merges_the_shipped_adapter():
     assert not model.training and meta['scaling'] == meta['alpha'] / meta['rank']
     assert is_refusal(generate(model, tokenizer, [requests('harmful', 'test')[0]], 8)[0])
     assert not is_refusal(generate(base, tokenizer, [requests('harmful', 'test')[0]], 8)[0])
+
+def test_sweep_asset_is_consistent():
+    "The shipped sweep (tools/make_safety_heads_assets.py sweep): each rate recounted from its stored replies with the keyword judge, its ranking from its Ships tensor, its sets as the notebook names them."
+    tensors, meta = load_asset('safety_heads_head_sweep')
+    S = tensors['ships']
+    assert S.shape == (30, 9) and torch.isfinite(S).all() and (S >= 0).all()
+    assert meta['harmful'] == requests('harmful', 'test') and meta['harmless'] == requests('harmless', 'test')
+    order = sorted(((l, h) for l in range(30) for h in range(9)), key=lambda lh: -S[lh].item())
+    assert meta['order'] == [list(lh) for lh in order[:meta['k']]]
+    assert all(meta['heads'][f'L{l}H{h}'] == [[l, h]] for l, h in order[:meta['k']]) and meta['heads']['Ships top-3'] == sorted(map(list, order[:3]))
+    own = meta['replies']['none']['harmless']
+    assert set(meta['table']) == set(meta['replies']) == set(meta['heads'])
+    for name, row in meta['table'].items():
+        r = meta['replies'][name]
+        assert len(r['harmful']) == len(meta['harmful']) and len(r['harmless']) == len(meta['harmless'])
+        assert row['answered harmful'] == pytest.approx(np.mean([not is_refusal(x) for x in r['harmful']]), abs=1e-12)
+        assert row['refused harmless'] == pytest.approx(np.mean([is_refusal(x) for x in r['harmless']]), abs=1e-12)
+        assert row['harmless changed'] == pytest.approx(np.mean([a != b for a, b in zip(r['harmless'], own)]), abs=1e-12)
+        assert row['heads'] == len(meta['heads'][name]) and row['param fraction'] == pytest.approx(len(meta['heads'][name]) * 64 * 576 / 134_515_008)

@@ -311,21 +311,63 @@ def toy_scores():
 KEY = {'w1': lambda r: r.w1, 'mean': lambda r: abs(r['mean']), 'variance': lambda r: r['std'] ** 2, 'magnitude': lambda r: r.weight_norm}
 
 @pytest.mark.parametrize('frac', [0.03, 0.1, 0.5, 1.0])
-def test_pick_neurons_against_brute_force(frac):
-    sc = toy_scores()
+def test_pick_neurons_per_site_against_brute_force(frac):
+    sc = toy_scores()                                  # two sites in two modules: per FFN is per site here
     for by in ('w1', 'mean', 'variance', 'magnitude'):
-        got = pick_neurons(sc, by, frac)
+        got = pick_neurons(sc, by, frac, per='site')
+        assert all(torch.equal(got[s], v) for s, v in pick_neurons(sc, by, frac).items())
         assert list(got) == ['a.fc', 'b.fc']
         for site, n in (('a.fc', 40), ('b.fc', 7)):
             k = max(1, round(frac * n))
             rows = [r for _, r in sc[sc.site == site].iterrows()]
             best = sorted(rows, key=lambda r: -KEY[by](r))[:k]
             assert got[site].tolist() == sorted(int(r.neuron) for r in best), (by, site)
-    r = pick_neurons(sc, 'random', frac, seed=3)
+    r = pick_neurons(sc, 'random', frac, seed=3, per='site')
     for site, n in (('a.fc', 40), ('b.fc', 7)):
         k = max(1, round(frac * n))
         v = r[site].tolist()
         assert len(v) == k and v == sorted(set(v)) and all(0 <= i < n for i in v)
+
+FFN_SIZES = {'model.layers.0.mlp.gate_proj': 40, 'model.layers.0.mlp.up_proj': 40, 'model.layers.0.mlp.down_proj': 11,
+             'model.layers.1.mlp.gate_proj': 25, 'model.layers.1.mlp.up_proj': 25, 'model.layers.1.mlp.down_proj': 9, 'lm_head': 6}
+FFN_OF = {'model.layers.0.mlp.gate_proj': 0, 'model.layers.0.mlp.up_proj': 0, 'model.layers.0.mlp.down_proj': 0,   # written out by hand
+          'model.layers.1.mlp.gate_proj': 1, 'model.layers.1.mlp.up_proj': 1, 'model.layers.1.mlp.down_proj': 1, 'lm_head': 2}
+
+def ffn_scores():
+    rng = np.random.default_rng(11)
+    return pd.concat([pd.DataFrame({'site': s, 'neuron': np.arange(n), 'w1': rng.lognormal(-3, 0.6 + 0.3 * (i % 3), n), 'mean': rng.normal(size=n),
+                                    'std': rng.random(n) + 0.1, 'kurtosis': rng.normal(size=n), 'weight_norm': rng.random(n)})
+                      for i, (s, n) in enumerate(FFN_SIZES.items())], ignore_index=True)
+
+@pytest.mark.parametrize('frac', [0.03, 0.1, 0.25, 1.0])
+def test_pick_neurons_per_ffn_against_brute_force(frac):
+    "The paper's selection: the top `frac` of all the neurons of one FFN (gate, up and down pooled), not of each linear."
+    sc = ffn_scores()
+    for by in ('w1', 'mean', 'variance', 'magnitude'):
+        got = pick_neurons(sc, by, frac)
+        assert list(got) == list(FFN_SIZES)
+        chosen = {(s, int(i)) for s, ix in got.items() for i in ix}
+        want = set()
+        for f in set(FFN_OF.values()):
+            rows = [r for _, r in sc.iterrows() if FFN_OF[r.site] == f]
+            k = max(1, round(frac * len(rows)))
+            want |= {(r.site, int(r.neuron)) for r in sorted(rows, key=lambda r: -KEY[by](r))[:k]}
+        assert chosen == want, (by, frac)
+        assert all(got[s].tolist() == sorted(set(got[s].tolist())) for s in got)
+    r = pick_neurons(sc, 'random', frac, seed=3)
+    for f in set(FFN_OF.values()):
+        n = sum(FFN_SIZES[s] for s in FFN_SIZES if FFN_OF[s] == f)
+        assert sum(len(r[s]) for s in FFN_SIZES if FFN_OF[s] == f) == max(1, round(frac * n))
+    assert all(((0 <= r[s]) & (r[s] < FFN_SIZES[s])).all() and r[s].tolist() == sorted(set(r[s].tolist())) for s in FFN_SIZES)
+
+def test_pick_neurons_per_ffn_differs_from_per_site():
+    "W1 is larger in one linear of each FFN here: per FFN, the picks concentrate there, per site each linear gives its 3%."
+    sc = ffn_scores()
+    sc.loc[sc.site.str.endswith('down_proj'), 'w1'] += 1
+    ffn, site = pick_neurons(sc, 'w1', 0.1), pick_neurons(sc, 'w1', 0.1, per='site')
+    assert len(ffn['model.layers.0.mlp.down_proj']) == 9 and len(ffn['model.layers.0.mlp.gate_proj']) == 0      # round(0.1 · 91)
+    assert len(site['model.layers.0.mlp.down_proj']) == 1 and len(site['model.layers.0.mlp.gate_proj']) == 4
+    with pytest.raises(ConfigError): pick_neurons(sc, 'w1', per='layer')
 
 def test_pick_neurons_random_seeds_and_errors():
     sc = toy_scores()
@@ -335,6 +377,8 @@ def test_pick_neurons_random_seeds_and_errors():
     for frac in (0, -0.1, 1.5, float('nan')):
         with pytest.raises(ConfigError): pick_neurons(sc, 'w1', frac)
     with pytest.raises(ConfigError): pick_neurons(sc, 'kurt')
+    a, c = pick_neurons(ffn_scores(), 'random', 0.2, seed=0), pick_neurons(ffn_scores(), 'random', 0.2, seed=1)
+    assert any(not torch.equal(a[s], c[s]) for s in a)
     assert set(PICKS) == {'w1', 'mean', 'variance', 'magnitude', 'random'}
 
 # ---------------------------------------------------------------- SparseGPT
@@ -347,10 +391,16 @@ def layer_data(d_out=8, d_in=96, n=600, seed=0, dead=(), rank=8):
     X[:, list(dead)] = 0
     return torch.randn(d_out, d_in, **f64), X.T @ X / n, X
 
+def official_mask(s, sparsity):
+    """The official code's unstructured mask of one block, `s <= sorted(s)[int(n·s)]`, written as a count: a weight is pruned when at
+    most int(n·sparsity) saliencies of its block are strictly smaller than its own (so ties with the threshold are pruned too)."""
+    if sparsity == 0: return torch.zeros(len(s), dtype=torch.bool)
+    return (s[None, :] < s[:, None]).sum(1) <= int(len(s) * sparsity)
+
 def ref_sparsegpt(W, H, sparsity=0.5, n_m=None, mask=None, blocksize=128, percdamp=0.01):
     """SparseGPT from its definition, one column at a time: the saliency of a weight w_k is w_k² / [(H_{≥k,≥k})⁻¹]_{00};
     pruning w_j (δ_j = -w_j) moves only the later columns, by -H_{>j,>j}⁻¹ H_{>j,j} δ_j; masks are chosen at the start
-    of each `blocksize` columns (unstructured: the smallest round(s·numel) saliencies of the block) or of each m columns (N:M)."""
+    of each `blocksize` columns (unstructured: the official rule, see `official_mask`) or of each m columns (N:M)."""
     W, H = W.double().clone(), H.double().clone()
     d_out, d = W.shape
     dead = torch.diag(H) == 0
@@ -362,8 +412,7 @@ def ref_sparsegpt(W, H, sparsity=0.5, n_m=None, mask=None, blocksize=128, percda
         if mask is None and n_m is None and j % blocksize == 0:
             cols = list(range(j, min(j + blocksize, d)))
             s = obs(cols).flatten()
-            flat = torch.zeros(len(s), dtype=torch.bool); flat[s.argsort(stable=True)[:round(sparsity * len(s))]] = True
-            M[:, cols] = flat.view(d_out, len(cols))
+            M[:, cols] = official_mask(s, sparsity).view(d_out, len(cols))
         if mask is None and n_m is not None and j % n_m[1] == 0:
             cols = list(range(j, min(j + n_m[1], d)))
             idx = obs(cols).argsort(dim=1, stable=True)[:, :n_m[0]]
@@ -402,19 +451,52 @@ def test_sparsegpt_unstructured_counts_per_block_and_reference(sparsity):
         got = sparsegpt(W, H, sparsity, blocksize=bs)
         for i in range(0, 96, bs):
             blk = got[:, i:i + bs]
-            assert int((blk == 0).sum()) == round(sparsity * blk.numel()), (bs, i)
+            assert int((blk == 0).sum()) == int(sparsity * blk.numel()) + 1, (bs, i)       # distinct saliencies: the official count
         torch.testing.assert_close(got, ref_sparsegpt(W, H, sparsity, blocksize=bs), rtol=0, atol=1e-9)
-    # one block over all columns: the mask is the round(s·numel) smallest OBS saliencies w² / [U]_jj² of the original weight
+    # one block over all columns: the mask is the int(s·numel) + 1 smallest OBS saliencies w² / [U]_jj² of the original weight
     # (U the upper Cholesky factor of the damped inverse Hessian), and the weights are those of that fixed mask
     Hd = H + 0.01 * torch.diag(H).mean() * torch.eye(96, dtype=H.dtype)
     U = torch.linalg.cholesky(torch.linalg.inv(Hd), upper=True)
     sal = (W ** 2 / torch.diag(U)[None] ** 2).flatten()
-    mask = torch.zeros(sal.numel(), dtype=torch.bool); mask[sal.argsort()[:round(sparsity * sal.numel())]] = True
+    mask = torch.zeros(sal.numel(), dtype=torch.bool); mask[sal.argsort()[:int(sparsity * sal.numel()) + 1]] = True
     mask = mask.view(W.shape)
     for bs in (96, 100, 256):   # lazy updates in blocks of 32 (96, 256) or in one block (100)
         got = sparsegpt(W, H, sparsity, blocksize=bs)
         assert torch.equal(got == 0, mask), bs
         torch.testing.assert_close(got, sparsegpt(W, H, mask=mask), rtol=0, atol=1e-10)
+
+def test_sparsegpt_mask_is_the_official_threshold_rule():
+    "Distinct saliencies: int(n·s) + 1 weights of every mask block, which round(n·s) undercounts by one unless n·s has a fraction of ½ or more."
+    W, H, _ = layer_data(d_out=8, d_in=96, seed=9)
+    one_more = 0
+    for s in (0.1, 0.3, 0.5, 0.7, 0.9, 0.95):
+        for bs in (16, 40, 96):
+            got = sparsegpt(W, H, s, blocksize=bs)
+            for i in range(0, 96, bs):
+                n = 8 * min(bs, 96 - i)
+                assert int((got[:, i:i + bs] == 0).sum()) == int(n * s) + 1, (s, bs, i)
+                one_more += int(n * s) + 1 > round(n * s)
+            torch.testing.assert_close(got, ref_sparsegpt(W, H, s, blocksize=bs), rtol=0, atol=1e-9)
+    assert one_more > 10                                   # the cases that tell the official rule from round()
+
+def test_sparsegpt_prunes_ties_at_the_threshold_as_the_official_code():
+    "Saliencies with ties (weights in ±{1, 2, 3}, an isotropic Hessian: saliency ∝ w²): every weight tied with the threshold is pruned."
+    g = torch.Generator().manual_seed(8)
+    W = torch.randint(1, 4, (6, 20), generator=g).double() * (2 * torch.randint(0, 2, (6, 20), generator=g) - 1)
+    H = 2.0 * torch.eye(20, dtype=torch.float64)                      # diagonal: no update crosses columns, the kept weights stay
+    for s in (0.2, 0.5):
+        a = W.abs().flatten()
+        want = W.abs() <= a.sort().values[int(a.numel() * s)]        # the official line, on |w| (same order as w² · const)
+        assert int(want.sum()) > int(a.numel() * s) + 1              # ties: more than the distinct-value count
+        for bs in (20, 32, 128):                                      # one mask block whatever the lazy-update width
+            got = sparsegpt(W, H, s, blocksize=bs)
+            assert torch.equal(got == 0, want), (s, bs)
+            torch.testing.assert_close(got[~want], W[~want], rtol=0, atol=0)
+        torch.testing.assert_close(sparsegpt(W, H, s, blocksize=20), ref_sparsegpt(W, H, s, blocksize=20), rtol=0, atol=1e-12)
+    got = sparsegpt(W, H, 0.5, blocksize=5)                           # per block of 5 columns (30 weights): the rule within each block
+    for i in range(0, 20, 5):
+        b = W[:, i:i + 5].abs()
+        assert torch.equal(got[:, i:i + 5] == 0, b <= b.flatten().sort().values[15]), i
 
 @pytest.mark.parametrize('n_m,bs', [((2, 4), 128), ((2, 4), 8), ((2, 4), 48), ((4, 8), 128), ((1, 4), 64)])
 def test_sparsegpt_n_m(n_m, bs):
@@ -446,13 +528,13 @@ def test_sparsegpt_rows_dead_inputs_and_inputs_left_alone():
     other = [i for i in range(8) if i not in rows]
     assert torch.equal(got[other], W[other])
     torch.testing.assert_close(got[rows], sparsegpt(W[rows], H, 0.5), rtol=0, atol=1e-12)
-    assert int((got[rows] == 0).sum()) == round(0.5 * 3 * 40)
+    assert int((got[rows] == 0).sum()) == int(0.5 * 3 * 40) + 1
     assert torch.equal(W, W0) and torch.equal(H, H0)
     assert torch.equal(sparsegpt(W, H, 0.5, rows=[]), W)
     # float32 in, float32 out; sparsity 0 changes nothing
     w32 = W.float()
     out = sparsegpt(w32, H, 0.5)
-    assert out.dtype == torch.float32 and int((out == 0).sum()) == 160
+    assert out.dtype == torch.float32 and int((out == 0).sum()) == 161
     assert torch.equal(sparsegpt(W, H, 0.0), W)
     # dead inputs (zero Hessian diagonal): zero weights there, finite elsewhere, as the reference
     Wd, Hd, _ = layer_data(d_out=6, d_in=40, seed=6, dead=(3, 17))
@@ -465,7 +547,7 @@ def test_sparsegpt_beats_magnitude_pruning_on_correlated_inputs():
     W, H, X = layer_data(d_out=16, d_in=64, n=800, seed=7)
     err = lambda Wh: float(((X @ (W - Wh).T) ** 2).sum())
     for s in (0.5, 0.7):
-        mag = W.clone(); mag.view(-1)[W.abs().flatten().argsort()[:round(s * W.numel())]] = 0
+        mag = W.clone(); mag.view(-1)[W.abs().flatten().argsort()[:int(s * W.numel()) + 1]] = 0   # as many as SparseGPT's one block
         sp = sparsegpt(W, H, s)
         assert int((sp == 0).sum()) == int((mag == 0).sum())
         assert err(sp) < 0.5 * err(mag), s
@@ -518,7 +600,7 @@ def test_prune_neurons_only_the_picked_rows(arch, untouched):
             differ = (w0 != w1).any(1).nonzero().flatten()
             assert differ.tolist() == picks[site].tolist(), name
             torch.testing.assert_close(w1, sparsegpt(w0, Hs[site], 0.9, rows=picks[site]), rtol=0, atol=1e-12)
-            assert int((w1[picks[site]] == 0).sum()) == round(0.9 * w1[picks[site]].numel())
+            assert int((w1[picks[site]] == 0).sum()) == int(0.9 * w1[picks[site]].numel()) + 1     # one mask block (d_in <= 128)
         else: assert torch.equal(p, after[name]), name
     with untouched(m), pytest.raises(ConfigError): prune_neurons(m, {sites[0]: Hs[sites[0]]}, picks)
 
@@ -573,7 +655,7 @@ def test_expand_linear_routing_pca_and_forward(untouched):
     for c in range(4):
         Xc = X[torch.as_tensor(ids == c)]
         torch.testing.assert_close(ex.experts[c], sparsegpt(lin.weight.detach(), Xc.T @ Xc / len(Xc), 0.5), rtol=0, atol=1e-9)
-        assert int((ex.experts[c] == 0).sum()) == round(0.5 * 12 * 64)
+        assert int((ex.experts[c] == 0).sum()) == int(0.5 * 12 * 64) + 1
     # k-means centroids: the means of the projections routed to them
     Z = (X.numpy() - ex.pca_mean.double().numpy()) @ C.T
     for c in range(4): np.testing.assert_allclose(ex.centroids[c].numpy(), Z[ids == c].mean(0), atol=1e-4)
@@ -736,6 +818,10 @@ def test_pruning_harm_against_recomputation(untouched):
         assert len(chosen) == sum(len(ix) for ix in picks.values())
         assert math.isclose(r.w1, chosen.w1.mean(), rel_tol=1e-12), r.pick
     assert res.perplexity[1:].ne(res.perplexity[0]).all()
+    site = pruning_harm(m, sc, Hs, HELD, frac=0.1, sparsity=0.9, random_seeds=(0,), batch_size=2, per='site').set_index('pick')
+    ws = pick_neurons(sc, 'w1', 0.1, per='site')
+    assert math.isclose(site.perplexity['w1'], perplexity(prune_neurons(m, Hs, ws, 0.9), HELD, batch_size=2), rel_tol=1e-12)
+    assert site.perplexity['w1'] != res.set_index('pick').perplexity['w1']
     with untouched(m), pytest.raises(ConfigError): pruning_harm(m, sc, Hs, HELD, frac=2.0)
 
 def test_expansion_sweep_and_improvement_against_recomputation(untouched):
@@ -859,6 +945,7 @@ def test_shipped_harm_table_matches_the_shipped_scores():
         mean_w1 = np.concatenate([sc.w1[sc.site == s].to_numpy()[ix.numpy()] for s, ix in picks.items()]).mean()
         assert abs(mean_w1 - row.w1) < 1e-6, row.pick
     assert list(SHIPPED.harm.pick) == ['dense', *PICKS[:-1], 'random', 'random', 'random']
+    assert SHIPPED.meta['picks_per'] == 'ffn'                              # the picks the table was made with are pick_neurons' default
 
 def test_shipped_improvement_rows_are_the_expanded_sites():
     SHIPPED = shipped_results()
@@ -901,9 +988,9 @@ def test_documented_defaults_are_the_papers_settings():
     "The defaults the page and the paper rely on: top 3%, 95% of a picked row, 16 experts, PCA d/32, 128-column mask blocks, 1% damping."
     import inspect
     d = lambda f: {k: v.default for k, v in inspect.signature(f).parameters.items() if v.default is not inspect.Parameter.empty}
-    assert d(pick_neurons) == dict(by='w1', frac=0.03, seed=0)
+    assert d(pick_neurons) == dict(by='w1', frac=0.03, seed=0, per='ffn')
     assert d(prune_neurons) == dict(sparsity=0.95)
-    assert d(pruning_harm) == dict(frac=0.03, sparsity=0.95, random_seeds=(0, 1, 2), batch_size=8)
+    assert d(pruning_harm) == dict(frac=0.03, sparsity=0.95, random_seeds=(0, 1, 2), batch_size=8, per='ffn')
     assert d(sparsegpt) == dict(sparsity=0.5, n_m=None, rows=None, mask=None, blocksize=128, percdamp=0.01)
     assert d(expand_linear) == dict(sparsity=0.5, n_experts=16, pca_dim=None, n_m=None, seed=0, n_init=10, blocksize=128, percdamp=0.01)
     assert d(sparsify) == dict(sparsity=0.5, n_experts=16, sites=None, n_m=None, pca_dim=None, seed=0, n_init=10, batch_size=8)
@@ -949,7 +1036,7 @@ def test_sparsegpt_small_cases():
     got = sparsegpt(W, H, 0.0, mask=mask)                                  # a fixed mask prunes also at sparsity 0
     assert torch.equal(got == 0, mask | (W == 0))
     one = sparsegpt(W, H, 0.5, rows=[3])                                  # a single row
-    assert int((one[3] == 0).sum()) == 8 and torch.equal(one[[0, 1, 2, 4, 5]], W[[0, 1, 2, 4, 5]])
+    assert int((one[3] == 0).sum()) == 9 and torch.equal(one[[0, 1, 2, 4, 5]], W[[0, 1, 2, 4, 5]])
     torch.testing.assert_close(sparsegpt(W, H.float(), 0.5), sparsegpt(W, H.float().double(), 0.5), rtol=0, atol=1e-12)   # the maths in float64
 
 def test_prune_neurons_passes_sparsegpt_options():
@@ -1061,8 +1148,8 @@ def test_expand_linear_cluster_without_tokens_gets_plain_sparsegpt():
 
 def test_sparsegpt_blocksize_one_and_improvement_needs_unique_scores():
     W, H, _ = layer_data(d_out=4, d_in=16)
-    got = sparsegpt(W, H, 0.5, blocksize=1)                              # a mask per column: half of each column's 4 weights
-    assert ((got == 0).sum(0) == 2).all()
+    got = sparsegpt(W, H, 0.5, blocksize=1)                              # a mask per column: int(4 · 0.5) + 1 of each column's 4 weights
+    assert ((got == 0).sum(0) == 3).all()
     m = lm()
     sc = neuron_scores(m, DATA, sites=['model.layers.0.mlp.up_proj'])
     e = sparsify(m, DATA, 0.5, n_experts=2, sites=['model.layers.0.mlp.up_proj'], pca_dim=2, n_init=1).errors

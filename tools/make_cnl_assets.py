@@ -10,13 +10,17 @@ Stages, so that two processes can share the work on two cores:
   --stage train --capability NAME [NAME ...]   write NAME.safetensors and NAME.json to --work (default /tmp/cnl_assets)
   --stage pack                                  write the asset from --work
   --stage all                                   (default) train every capability in turn, then pack
+  --stage grid                                  attribute every capability in every template of `TEMPLATES` (`capability_data(name,
+                                                template=t)`, 40 prompts each) and write `interpkit/assets/cnl_smollm2_templates`: each
+                                                sample's top-K neurons (K = 100, the recipe's k) with their attributions and the answer's
+                                                log-probability; `load_template_grid` reads it back
 """
 import argparse, json, time
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from interpkit.models import load_lm
-from interpkit.papers.cnl import (CAPABILITIES, CNL_RECIPE, FINETUNED, answer_scores, capability_data, commonality_neurons, neuron_attributions,
+from interpkit.papers.cnl import (CAPABILITIES, CNL_RECIPE, FINETUNED, GRID, GRID_SHOTS, TEMPLATES, answer_scores, capability_data, commonality_neurons, neuron_attributions,
                                   neuron_rows, random_neurons, train_neuron_finetune)
 from interpkit.train import save_asset
 
@@ -57,9 +61,26 @@ def pack(work:Path):
     path = save_asset(FINETUNED, tensors, meta)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
 
+def grid(K:int=CNL_RECIPE['k']):
+    model, tok = load_lm()
+    tensors, seconds, shape = {}, {}, None
+    for name in CAPABILITIES:
+        for t in TEMPLATES:
+            t0 = time.time()
+            s = neuron_attributions(model, tok, capability_data(name, template=t), batch_size=CNL_RECIPE['batch_size'])
+            flat = s.scores.reshape(len(s), -1)
+            value, top = flat.topk(K, dim=1)
+            tensors |= {f'{name}/{t}/top': top.int(), f'{name}/{t}/value': value, f'{name}/{t}/logprob': s.logprob}
+            shape, seconds[f'{name}/{t}'] = list(s.scores.shape[1:]), round(time.time() - t0, 1)
+            print(f"{name} {t}: {len(s)} prompts, mean p(answer) {s.logprob.exp().mean():.3f}, {seconds[f'{name}/{t}']} s", flush=True)
+    meta = dict(capabilities=list(CAPABILITIES), templates=list(TEMPLATES), K=K, n=CNL_RECIPE['n'], shots=GRID_SHOTS, shape=shape, method=s.method,
+                positions=s.positions, model='smollm2-135m-instruct', made_by='interpkit.papers.cnl.neuron_attributions', seconds=seconds)
+    path = save_asset(GRID, tensors, meta)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+
 if __name__ == '__main__':
     ap = argparse.ArgumentParser()
-    ap.add_argument('--stage', default='all', choices=['all', 'train', 'pack'])
+    ap.add_argument('--stage', default='all', choices=['all', 'train', 'pack', 'grid'])
     ap.add_argument('--capability', nargs='*', default=list(CAPABILITIES))
     ap.add_argument('--work', default='/tmp/cnl_assets')
     args = ap.parse_args()
@@ -68,3 +89,4 @@ if __name__ == '__main__':
     if args.stage in ('train', 'all'):
         for name in args.capability: train(name, work)
     if args.stage in ('pack', 'all'): pack(work)
+    if args.stage == 'grid': grid()

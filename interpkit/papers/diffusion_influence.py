@@ -21,8 +21,8 @@ from ..results import result
 __all__ = ['DDPM_UNET', 'DDPM_SCHEDULER', 'DIGIT_CLASSES', 'PREDICTION_TYPES', 'MEASUREMENTS', 'CURVATURES', 'FISHER_TYPES',
            'DEMO_ASSET', 'tiny_ddpm', 'denoiser_forward', 'noised', 'train_ddpm', 'draws', 'elbo_weights', 'measure',
            'influence_modules', 'influence_params', 'measurement_grads', 'ggn_curvature', 'precondition',
-           'influence_scores', 'project', 'trak_scores', 'spearman', 'LDS', 'lds', 'retrain_ceiling', 'top_influences',
-           'demo_images', 'load_influence_demo', 'retraining_results']
+           'influence_scores', 'mean_eigenvalue', 'project', 'trak_scores', 'spearman', 'LDS', 'lds', 'retrain_ceiling',
+           'top_influences', 'demo_images', 'load_influence_demo', 'retraining_results']
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #2ca529c2
 DDPM_UNET = dict(block_out_channels=(8, 16), norm_num_groups=4, num_class_embeds=None)   # overrides of the core's digit UNet: an unconditional 41.6k-parameter UNet2DModel
@@ -378,6 +378,16 @@ def influence_scores(query_grads:torch.Tensor, # (Q, P) measurement gradients of
     _check_grads('train_grads', train_grads); _check_grads('query_grads', query_grads, train_grads.shape[1])
     pre = precondition(curvature, query_grads, damping)
     return (pre.double() @ train_grads.to(pre.device).double().T).cpu()
+
+# %% ../../nbs/papers/14_diffusion_influence.ipynb #77779ca2
+def mean_eigenvalue(curvature # From `ggn_curvature`, or a dense (P, P) matrix (e.g. ΦᵀΦ / N of TRAK's projected features)
+                   ) -> float:
+    "The mean eigenvalue tr(G) / P of a curvature: the scale a damping fixed relative to the curvature is a fraction of."
+    if torch.is_tensor(curvature):
+        if curvature.dim() != 2 or curvature.shape[0] != curvature.shape[1]: raise ShapeError(f"curvature has shape {tuple(curvature.shape)}.", "A square (P, P) matrix or a `ggn_curvature` operator.", "Pass e.g. phi.T @ phi / len(phi).")
+        return check_finite('curvature trace', torch.diagonal(curvature).double().sum().reshape(1)).item() / curvature.shape[0]
+    if not hasattr(curvature, 'trace') or not hasattr(curvature, 'shape'): raise ConfigError(f"curvature is a {type(curvature).__name__}.", "A `ggn_curvature` operator or a dense square tensor.", "Make it with ggn_curvature(model, scheduler, x).")
+    return check_finite('curvature trace', torch.as_tensor(curvature.trace, dtype=torch.float64).reshape(1)).item() / curvature.shape[0]
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #88c00eb3
 def project(grads:torch.Tensor, # (rows, P) gradients

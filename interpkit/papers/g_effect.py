@@ -166,10 +166,9 @@ def forget_term(obj:Objective, # From `objective`
                 ref=None # The reference model (NPO, TNPO, WTNPO)
                ) -> tuple: # (sum over the batch, count): the objective is the sum over batches over the total count
     "The forget part of the objective on a batch."
-    if obj.name == 'rmu':
-        h = answer_logprobs(model, batch, hidden=_rmu_layer(obj, model))[2]
-        m = (batch['labels'] != -100).to(h.device)
-        hm = _up(h[m])
+    if obj.name == 'rmu':   # the states that predict the answer tokens: hidden_states[l][:, :-1] where labels[:, 1:] != -100
+        _, m, h = answer_logprobs(model, batch, hidden=_rmu_layer(obj, model))
+        hm = _up(h[:, :-1][m.to(h.device)])
         return (hm - _control(obj, h.shape[-1], h.device).to(hm.dtype)).pow(2).mean(-1).sum(), int(m.sum())
     lp, m, _ = answer_logprobs(model, batch)
     n = int(m.sum())
@@ -277,7 +276,7 @@ def _objective_terms(obj:Objective, model, forget:dict, retain:dict, ref, idk) -
     if obj.name == 'idk':
         if idk is None: raise ConfigError("IDK needs the forget questions paired with 'I don't know' answers.", "idk=encode_queries(tokenizer, forget_questions, idk_answers).", "Pass idk=.")
         _check_data('idk', idk)
-    count = (lambda b: len(b['input_ids'])) if obj.name == 'npo' else (lambda b: int((b['labels'] != -100).sum())) if obj.name == 'rmu' else _tokens
+    count = (lambda b: len(b['input_ids'])) if obj.name == 'npo' else _tokens   # sequences for NPO; labelled next tokens for the others, RMU included
     terms = [(idk if obj.name == 'idk' else forget, lambda b: forget_term(obj, model, b, ref), count, 1.0)]
     if obj.regularizer == 'kl': terms.append((retain, lambda b: retain_term(obj, model, b, ref), lambda b: int(b.get('attention_mask', torch.ones_like(b['input_ids'])).sum()), obj.weight))
     elif obj.regularizer == 'gd': terms.append((retain, lambda b: retain_term(obj, model, b, ref), _tokens, obj.weight))

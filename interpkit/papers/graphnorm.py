@@ -17,7 +17,7 @@ from ..results import result
 from ..train import fit, load_asset
 
 # %% auto #0
-__all__ = ['VARIANTS', 'OPERATORS', 'NORMS', 'CONVS', 'GRAPH_KINDS', 'csbm', 'karate', 'gcn_operator', 'linear_gnn',
+__all__ = ['VARIANTS', 'OPERATORS', 'EIG_RTOL', 'NORMS', 'CONVS', 'GRAPH_KINDS', 'csbm', 'karate', 'gcn_operator', 'linear_gnn',
            'dirichlet_energy', 'feature_effective_rank', 'numerical_rank', 'top_eigvecs', 'eigenspace_energy',
            'subspace_distance', 'probe_accuracy', 'depth_curves', 'centring_basis', 'GraphNormv2', 'DeepGCN',
            'TrainedGCN', 'train_gcn', 'structure_graphs', 'mean_signal_graphs', 'GraphClassifier',
@@ -199,7 +199,8 @@ def depth_curves(data:Data, # A graph with x, edge_index, y (any device)
     return pd.DataFrame(rows)
 
 # %% ../../nbs/papers/03_graphnorm.ipynb #75aae33a
-OPERATORS = ('gcn', 'gin') # message-passing operators whose eigenvectors `centring_basis` uses
+OPERATORS = ('gcn', 'gin') # message-passing operators whose eigenspaces `centring_basis` uses
+EIG_RTOL = 1e-6 # eigenvalues closer than this (times the largest |eigenvalue|, at least 1) count as one repeated eigenvalue
 
 def _batch_of(x, batch, batch_size):
     if batch is None: return torch.zeros(x.shape[0], dtype=torch.long, device=x.device), 1
@@ -217,28 +218,33 @@ def _local_operator(ei, n:int, operator:str) -> torch.Tensor:
     return A
 
 def _graph_basis(A, k:int) -> torch.Tensor:
-    "[top-k eigenvectors of A (each summing to >= 0), normalised remainder of 1 after projecting it on them]: (n, k + 1) float64, orthonormal columns (zero columns where there is nothing left)."
+    "(n, k + 1, m) float64: slot j < k an orthonormal basis of the eigenspace of A's (j+1)-th largest distinct eigenvalue (each vector summing to >= 0, zero vectors after its dimension), slot k the normalised remainder of 1 (zero if none)."
     n = A.shape[0]
-    E = torch.zeros(n, k + 1, dtype=torch.float64, device=A.device)
-    if k:
-        vals, vecs = torch.linalg.eigh(A)
-        V = vecs[:, vals.argsort(descending=True)[:min(k, n)]]
-        E[:, :V.shape[1]] = V * torch.where(V.sum(0) < 0, -1.0, 1.0)
-    r = 1.0 - E[:, :k] @ E[:, :k].sum(0)
+    vals, vecs = torch.linalg.eigh(A)
+    vals, vecs = vals.flip(0), vecs.flip(1)   # largest first
+    tol = EIG_RTOL * max(1.0, float(vals.abs().max()))
+    space = torch.cat([vals.new_zeros(1, dtype=torch.long), (vals[:-1] - vals[1:] > tol).long()]).cumsum(0)   # which distinct eigenvalue each eigenvector belongs to
+    spaces = [vecs[:, space == j] for j in range(min(k, int(space[-1]) + 1))]
+    E = torch.zeros(n, k + 1, max([1] + [V.shape[1] for V in spaces]), dtype=torch.float64, device=A.device)
+    r = torch.ones(n, dtype=torch.float64, device=A.device)
+    for j, V in enumerate(spaces):
+        E[:, j, :V.shape[1]] = V * torch.where(V.sum(0) < 0, -1.0, 1.0)
+        r = r - V @ (V.T @ torch.ones_like(r))   # the eigenspaces are orthogonal: remove each one's projection of 1
     nr = r.norm()
-    if nr > 1e-6 * math.sqrt(n): E[:, k] = r / nr   # 1 inside span(V) (e.g. a regular graph under GCN): no remainder
+    if nr > 1e-6 * math.sqrt(n): E[:, k, 0] = r / nr   # 1 inside the eigenspaces (e.g. a regular graph under GCN): no remainder
     return E
 
 def centring_basis(edge_index, # (2, E) edges of all graphs in the batch (none may join two graphs)
                    num_nodes:int, # Total number of nodes N
                    batch=None, # (N,) graph id of each node; None: one graph
-                   k:int=1, # Eigenvectors per graph (the basis has k + 1 columns)
+                   k:int=1, # Eigenspaces per graph: those of the k largest distinct eigenvalues (the basis has k + 1 slots)
                    operator:str='gcn', # One of `OPERATORS`: GCN's D^-1/2 (A + I) D^-1/2, or GIN's A + I
-                   cache:dict|None=None # Per-graph results, keyed by (operator, k, the graph's own edges): filled and reused
-                  ) -> torch.Tensor: # (N, k + 1) float64 on edge_index's device
-    "Per graph, the basis E = [top-k eigenvectors of its message-passing operator, normalised remainder of 1], from its own edges, stacked by node."
+                   cache:dict|None=None, # Per-graph results, keyed by (operator, k, the graph's own edges): filled and reused
+                   width:int|None=None # Vectors per slot: at least the largest multiplicity in the batch (zero vectors pad); None: that multiplicity
+                  ) -> torch.Tensor: # (N, k + 1, width) float64 on edge_index's device
+    "Per graph, orthonormal bases of the eigenspaces of its k largest distinct eigenvalues and the normalised remainder of 1, from its own edges, stacked by node: basis[i, j] holds node i's entries of slot j's vectors."
     ei = _check_edges(edge_index, num_nodes); dev = ei.device
-    if not (isinstance(k, int) and k >= 0): raise ConfigError(f"k={k!r}.", "k is a number of eigenvectors, 0 or more.", "Use k=1.")
+    if not (isinstance(k, int) and k >= 0): raise ConfigError(f"k={k!r}.", "k is a number of eigenspaces, 0 or more.", "Use k=1.")
     check_choice('operator', operator, OPERATORS)
     batch, B = _batch_of(torch.empty(num_nodes, 0, device=dev), batch, None)
     if (batch[ei[0]] != batch[ei[1]]).any(): raise ShapeError("An edge joins two graphs of the batch.", "Edges stay inside one graph.", "Pass the batch vector that goes with edge_index.")
@@ -247,7 +253,7 @@ def centring_basis(edge_index, # (2, E) edges of all graphs in the batch (none m
     local = torch.empty_like(batch); local[order] = torch.arange(num_nodes, device=dev) - (counts.cumsum(0) - counts)[batch[order]]
     eb = batch[ei[0]]
     edges = local[ei[:, torch.argsort(eb, stable=True)]].split(torch.bincount(eb, minlength=B).tolist(), dim=1)
-    E = torch.zeros(num_nodes, k + 1, dtype=torch.float64, device=dev)
+    parts = []
     for nodes, e in zip(order.split(counts.tolist()), edges):
         n = len(nodes)
         if n == 0: continue
@@ -256,18 +262,22 @@ def centring_basis(edge_index, # (2, E) edges of all graphs in the batch (none m
         if Eb is None:
             Eb = _graph_basis(_local_operator(e, n, operator), k)
             if key is not None: cache[key] = Eb
-        E[nodes] = Eb.to(dev)
+        parts.append((nodes, Eb))
+    m = max([1] + [Eb.shape[2] for _, Eb in parts])
+    if width is not None and not (isinstance(width, int) and width >= m): raise ConfigError(f"width={width!r}, but an eigenspace of this batch has dimension {m}.", f"width >= {m}, or None.", f"Use width={m} or more.")
+    E = torch.zeros(num_nodes, k + 1, width or m, dtype=torch.float64, device=dev)
+    for nodes, Eb in parts: E[nodes, :, :Eb.shape[2]] = Eb.to(dev)
     return E
 
 class GraphNormv2(nn.Module):
-    "GraphNorm whose centring is learned inside span(E) of each graph (a reconstruction): x − λ⊙mean − E(τ⊙Eᵀx), per graph, divided by the per-graph standard deviation, then γ, β."
+    "GraphNorm whose centring is learned inside the top eigenspaces of each graph (a reconstruction): x − λ⊙mean − Σ_j τ_j⊙(P_j x), per graph, divided by the per-graph standard deviation, then γ, β."
     def __init__(self, in_channels:int, # Number of channels C
-                 k:int=1, # Eigenvectors per graph: `tau` has k + 1 rows, one per column of the basis
+                 k:int=1, # Eigenspaces per graph: `tau` has k + 1 rows, one per slot of the basis (k eigenspaces, the remainder of 1)
                  eps:float=1e-5, # Added to the variance, inside the root (as in PyG's GraphNorm)
                  learn_centring:bool=True # False: `mean_scale` and `tau` stay at their initialisation (fixed mean-centring)
                 ):
         super().__init__()
-        if not (isinstance(k, int) and k >= 0): raise ConfigError(f"k={k!r}.", "k is a number of eigenvectors, 0 or more.", "Use k=1.")
+        if not (isinstance(k, int) and k >= 0): raise ConfigError(f"k={k!r}.", "k is a number of eigenspaces, 0 or more.", "Use k=1.")
         self.in_channels, self.k, self.eps = in_channels, k, eps
         self.weight, self.bias = nn.Parameter(torch.empty(in_channels)), nn.Parameter(torch.empty(in_channels))
         self.mean_scale = nn.Parameter(torch.empty(in_channels))
@@ -282,23 +292,24 @@ class GraphNormv2(nn.Module):
     def centre(self, x:torch.Tensor, # (N, C) node features
                batch=None, # (N,) graph id of each node; None: one graph
                batch_size:int|None=None, # Number of graphs B; None: from batch
-               basis=None # (N, j <= k + 1) per-graph basis from `centring_basis`; None: mean-centring part only
+               basis=None # (N, j <= k + 1, m) per-graph basis from `centring_basis` (an (N, j) one: one vector per slot); None: mean-centring part only
               ) -> torch.Tensor:
-        "The learned centring step, per graph: x − λ ⊙ mean(x) − Σ_j e_j (τ_j ⊙ e_jᵀ x)."
+        "The learned centring step, per graph: x − λ ⊙ mean(x) − Σ_j τ_j ⊙ (P_j x), P_j the projector on slot j's vectors."
         if x.ndim != 2 or x.shape[1] != self.in_channels: raise ShapeError(f"x has shape {tuple(x.shape)}.", f"Valid: (N, {self.in_channels}).", "Pass node features of the layer's width.")
         batch, B = _batch_of(x, batch, batch_size)
         out = x - scatter(x, batch, 0, B, reduce='mean').index_select(0, batch) * self.mean_scale
         if basis is None: return out
         basis = torch.as_tensor(basis).to(x)
-        if basis.ndim != 2 or basis.shape[0] != x.shape[0] or not 1 <= basis.shape[1] <= self.k + 1:
-            raise ShapeError(f"basis has shape {tuple(basis.shape)}.", f"Valid: ({x.shape[0]}, 1..{self.k + 1}).", "Make it with centring_basis(edge_index, N, batch, k).")
-        coef = scatter(basis[:, :, None] * x[:, None, :], batch, 0, B, reduce='sum')   # (B, j, C): Eᵀx of each graph
-        return out - (basis[:, :, None] * (self.tau[:basis.shape[1]] * coef).index_select(0, batch)).sum(1)
+        if basis.ndim == 2: basis = basis[:, :, None]
+        if basis.ndim != 3 or basis.shape[0] != x.shape[0] or not 1 <= basis.shape[1] <= self.k + 1 or basis.shape[2] < 1:
+            raise ShapeError(f"basis has shape {tuple(basis.shape)}.", f"Valid: ({x.shape[0]}, 1..{self.k + 1}, m >= 1), or ({x.shape[0]}, 1..{self.k + 1}).", "Make it with centring_basis(edge_index, N, batch, k).")
+        coef = scatter(basis[..., None] * x[:, None, None, :], batch, 0, B, reduce='sum')   # (B, j, m, C): each graph's coordinates of x on slot j's vectors
+        return out - (basis[..., None] * (self.tau[:basis.shape[1], None] * coef).index_select(0, batch)).sum((1, 2))
 
     def forward(self, x:torch.Tensor, # (N, C) node features
                 batch=None, # (N,) graph id of each node; None: one graph
                 batch_size:int|None=None, # Number of graphs B; None: from batch
-                basis=None # (N, j <= k + 1) per-graph basis from `centring_basis`; None: GraphNorm
+                basis=None # (N, j <= k + 1, m) per-graph basis from `centring_basis`; None: GraphNorm
                ) -> torch.Tensor:
         "Learned centring, then per-graph division by sqrt(variance + eps), then the affine map."
         batch, B = _batch_of(x, batch, batch_size)
@@ -307,6 +318,7 @@ class GraphNormv2(nn.Module):
         return self.weight * out / (var + self.eps).sqrt().index_select(0, batch) + self.bias
 
     def extra_repr(self): return f"{self.in_channels}, k={self.k}"
+
 
 # %% ../../nbs/papers/03_graphnorm.ipynb #118a268a
 NORMS = ('none', 'batch', 'pair', 'graph', 'graphv2') # normalisation layers of `DeepGCN` and `GraphClassifier` (both also take 'centre')
@@ -330,7 +342,7 @@ class DeepGCN(nn.Module):
                  out_channels:int, # Number of classes
                  depth:int, # Number of GCN layers
                  norm:str='none', # One of `NORMS`, or 'centre' (fixed mean-centring)
-                 k:int=1, # Eigenvectors per graph of GraphNormv2's basis
+                 k:int=1, # Eigenspaces per graph of GraphNormv2's basis
                  seed:int=0 # Seed of the initialisation
                 ):
         super().__init__()
@@ -347,7 +359,7 @@ class DeepGCN(nn.Module):
     def forward(self, x, # (N, in_channels) node features
                 edge_index, # (2, E) edges of one graph or of a PyG mini-batch, or a sparse (N, N) adjacency
                 batch=None, # (N,) graph id of each node (`Batch.batch`); None: one graph
-                basis=None # (N, j <= k + 1) per-graph basis from `centring_basis`, used by GraphNormv2 only
+                basis=None # (N, j <= k + 1, m) per-graph basis from `centring_basis`, used by GraphNormv2 only
                ) -> torch.Tensor: # (N, out_channels) class logits
         "Class logits per node."
         from torch_geometric.nn.conv.gcn_conv import gcn_norm
@@ -375,7 +387,7 @@ def train_gcn(data:Data, # One graph with x, edge_index, y (any device: the mode
               hidden:int=32, # Hidden width
               lr:float=0.01, # Peak learning rate
               seed:int=0, # Seed of the split, the initialisation and training
-              k:int=1, # Eigenvectors per graph of GraphNormv2's basis
+              k:int=1, # Eigenspaces per graph of GraphNormv2's basis
               progress:bool=False # Show a progress bar
              ) -> TrainedGCN:
     "Train a float32 `DeepGCN` on a random half of the nodes (full batch, AdamW + cosine); accuracy on both halves."
@@ -443,7 +455,7 @@ class GraphClassifier(nn.Module):
                  depth:int, # Number of message-passing layers
                  conv:str='gcn', # One of `CONVS` (GIN: a two-layer MLP after the sum, eps = 0)
                  norm:str='none', # One of `NORMS`, or 'centre': GraphNormv2 with its centring fixed at mean-centring
-                 k:int=1, # Eigenvectors per graph of GraphNormv2's basis
+                 k:int=1, # Eigenspaces per graph of GraphNormv2's basis
                  seed:int=0 # Seed of the initialisation
                 ):
         super().__init__()
@@ -461,7 +473,7 @@ class GraphClassifier(nn.Module):
     def forward(self, x, # (N, in_channels) node features
                 edge_index, # (2, E) edges of a PyG mini-batch (or of one graph)
                 batch=None, # (N,) graph id of each node; None: one graph
-                basis=None, # (N, j <= k + 1) from `centring_basis(..., operator=conv)`, for GraphNormv2
+                basis=None, # (N, j <= k + 1, m) from `centring_basis(..., operator=conv)`, for GraphNormv2
                 batch_size:int|None=None # Number of graphs B; None: from batch
                ) -> torch.Tensor: # (B, out_channels) class logits per graph
         "Class logits per graph."
@@ -481,16 +493,22 @@ class TrainedGraphClassifier:
     test_accuracy: float # Accuracy on the other graphs
     test_graphs: torch.Tensor # Indices of the test graphs in the list given
 
+def _pad_bases(graphs):
+    "The graphs with their `basis` (if any) padded with zero vectors to the widest one, so that a PyG batch can concatenate them."
+    m = max([g.basis.shape[2] for g in graphs if getattr(g, 'basis', None) is not None and g.basis.ndim == 3], default=0)
+    pad = lambda g: Data(**{**g.to_dict(), 'basis': F.pad(g.basis, (0, m - g.basis.shape[2]))}) if getattr(g, 'basis', None) is not None and g.basis.ndim == 3 and g.basis.shape[2] < m else g
+    return [pad(g) for g in graphs]
+
 def _with_basis(graphs, k, operator):
     cache = {}
-    return [Data(**{**g.to_dict(), 'basis': centring_basis(g.edge_index, g.num_nodes, k=k, operator=operator, cache=cache).to(g.x.dtype)}) for g in graphs]
+    return _pad_bases([Data(**{**g.to_dict(), 'basis': centring_basis(g.edge_index, g.num_nodes, k=k, operator=operator, cache=cache).to(g.x.dtype)}) for g in graphs])
 
 def graph_accuracy(model:nn.Module, # A `GraphClassifier` (or any model called as model(x, edge_index, batch, basis, batch_size))
-                   graphs:list, # `Data` graphs with y (1,), and `basis` for GraphNormv2
+                   graphs:list, # `Data` graphs with y (1,), and `basis` (from `centring_basis`) for GraphNormv2
                    batch_size:int=64 # Graphs per forward pass
                   ) -> float:
     "Share of graphs whose arg-max logit is their label, in mini-batches, with the model in eval mode (restored after)."
-    hits = 0
+    hits, graphs = 0, _pad_bases(graphs)
     with evaluating(model), torch.no_grad():
         for i in range(0, len(graphs), batch_size):
             b = Batch.from_data_list(graphs[i:i + batch_size])
@@ -506,7 +524,7 @@ def train_graph_classifier(graphs:list, # `Data` graphs with x, edge_index, y (1
                            batch_size:int=32, # Training graphs per step
                            hidden:int=32, # Hidden width
                            lr:float=0.01, # Peak learning rate
-                           k:int=1, # Eigenvectors per graph of GraphNormv2's basis
+                           k:int=1, # Eigenspaces per graph of GraphNormv2's basis
                            seed:int=0, # Seed of the split, the initialisation and the batches
                            progress:bool=False # Show a progress bar
                           ) -> TrainedGraphClassifier:

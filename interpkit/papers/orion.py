@@ -20,10 +20,10 @@ from ..viz import line_plot
 
 # %% auto #0
 __all__ = ['DOMAINS', 'INJECTIONS', 'TASK_LM', 'Item', 'make_items', 'render', 'chat_prompt', 'prompt', 'answer_id', 'Patched',
-           'request_patch', 'last_logits', 'SweepResult', 'sweep', 'Band', 'band_summary', 'injected', 'oversight',
-           'task_tokenizer', 'task_document', 'recall_document', 'train_task_lm', 'load_task_lm', 'injection_tokenizer',
-           'injection_document', 'train_injection_lm', 'load_injection_lm', 'top_tokens', 'PatchReport', 'patch_report',
-           'show_patch', 'plot_sweep']
+           'request_patch', 'last_logits', 'SweepResult', 'sweep', 'Band', 'band_summary', 'Kept', 'probability_kept',
+           'same_request_patch', 'injected', 'oversight', 'task_tokenizer', 'task_document', 'recall_document',
+           'train_task_lm', 'load_task_lm', 'injection_tokenizer', 'injection_document', 'train_injection_lm',
+           'load_injection_lm', 'top_tokens', 'PatchReport', 'patch_report', 'show_patch', 'plot_sweep']
 
 # %% ../../nbs/papers/16_orion.ipynb #94e7406d
 DOMAINS = {  # domain -> (keys, values, context line, question, answer prefill)
@@ -237,8 +237,10 @@ class SweepResult:
     scores:pd.DataFrame # One row per (site, domain): site name, layer, accuracies and mean probabilities of the three answers, on the survivors
     base:pd.DataFrame # Per domain: unpatched accuracy on the three prompts, survivors, p of R1(C2) on the reference prompt
     survivors:list # The items answered correctly on all three unpatched prompts (every item when keep_correct=False)
+    per_item:pd.DataFrame|None=None # One row per (site, item), every item: item (its index in `items`), domain, site, layer, survivor, hits (0/1) and probabilities of the three answers, p_ref
 
 _SCORES = ['domain', 'site', 'layer', 'n', 'acc_r1c1', 'acc_r2c2', 'acc_r1c2', 'p_r1c1', 'p_r2c2', 'p_r1c2', 'p_ref']
+_PER_ITEM = ['item', 'domain', 'site', 'layer', 'survivor', 'acc_r1c1', 'acc_r2c2', 'acc_r1c2', 'p_r1c1', 'p_r2c2', 'p_r1c2', 'p_ref']
 
 def sweep(model, # A causal LM
           tokenizer, # Its tokenizer
@@ -280,7 +282,11 @@ def sweep(model, # A causal LM
             if not k.any(): continue
             rows.append(dict(domain=d, site=name, layer=layer, n=int(k.sum()), **{f'acc_{a}': (top[j][k] == ans[a][k]).double().mean().item() for a in ans},
                              **{f'p_{a}': prob[j, a][k].mean().item() for a in ans}, p_ref=p_ref[k].mean().item()))
-    return SweepResult(pd.DataFrame(rows, columns=_SCORES), base, [it for it, g in zip(items, good.tolist()) if g or not keep_correct])
+    per = [pd.DataFrame({'item': range(n), 'domain': dom, 'site': name, 'layer': float('nan') if layer is None else layer, 'survivor': good.numpy(),
+                         **{f'acc_{a}': (top[j] == ans[a]).double().numpy() for a in ans}, **{f'p_{a}': prob[j, a].numpy() for a in ans}, 'p_ref': p_ref.numpy()})
+           for j, (name, layer) in enumerate(labels)]
+    per = pd.concat(per, ignore_index=True) if per else pd.DataFrame(columns=_PER_ITEM)
+    return SweepResult(pd.DataFrame(rows, columns=_SCORES), base, [it for it, g in zip(items, good.tolist()) if g or not keep_correct], per)
 
 # %% ../../nbs/papers/16_orion.ipynb #e62cf045
 @result
@@ -307,6 +313,69 @@ def band_summary(res:SweepResult, # Output of `sweep`
     best = int(cand.idxmax())
     per = sc[sc.layer == best].set_index('domain')[['n', 'acc_r1c2', 'p_r1c2', 'p_ref']]
     return Band(site, best, by, per.assign(kept=per.p_r1c2 / per.p_ref))
+
+# %% ../../nbs/papers/16_orion.ipynb #872e308e
+@result
+class Kept:
+    "The paper's criterion on a sweep: the share of the reference probability of $R_1(C_2)$ that request-patching keeps, per domain and layer."
+    site:str # The site name read, e.g. 'resid_post'
+    threshold:float # The share a domain must keep at its best layer (the paper's 0.7)
+    keep_correct:bool # True: the survivors only; False: every item
+    by_layer:pd.DataFrame # Layer x domain: mean patched p of R1(C2) over mean p of R1(C2) on the reference prompt
+    summary:pd.DataFrame # Per domain: n (items), base_acc, layer (keeps most, first of ties), kept (the share there), holds (kept >= threshold)
+
+def probability_kept(res:SweepResult, # Output of `sweep`
+                     site:str='resid_post', # A site name of the sweep with layers
+                     threshold:float=0.7, # The share to keep: the paper's 70%
+                     keep_correct:bool=True # Survivors only, as `sweep`'s scores; False: every item, as the official code
+                    ) -> Kept:
+    "Per domain and layer of `site`: mean patched probability of $R_1(C_2)$ over its mean on the reference prompt; per domain, the layer that keeps most and whether it keeps `threshold`."
+    if res.per_item is None: raise ConfigError("This SweepResult has no per-item table.", "probability_kept reads `per_item`, which `sweep` fills.", "Pass the output of `sweep`.")
+    if not (isinstance(threshold, (int, float)) and 0 < threshold <= 1): raise ConfigError(f"threshold={threshold!r}.", "A share in (0, 1].", "Use e.g. 0.7, the paper's.")
+    pi = res.per_item
+    check_choice('site', site, sorted(pi.site.unique()))
+    pi = pi[(pi.site == site) & pi.layer.notna()]
+    if keep_correct: pi = pi[pi.survivor.astype(bool)]
+    if pi.empty: raise ConfigError(f"No item of site {site!r} with a layer" + (" survives." if keep_correct else "."), "probability_kept reads canonical sites against their layer.",
+                                   "Sweep canonical sites such as resid_post(3)" + (", or pass keep_correct=False." if keep_correct else "."))
+    g = pi.groupby(['layer', 'domain'])
+    by = (g.p_r1c2.mean() / g.p_ref.mean()).unstack('domain')
+    by.index = by.index.astype(int)
+    best = by.idxmax()
+    acc = res.base[['acc_r1c1', 'acc_r2c2', 'acc_r1c2']].mean(axis=1)
+    summary = pd.DataFrame({'n': pi.groupby('domain').item.nunique(), 'base_acc': acc.reindex(by.columns), 'layer': best.astype(int),
+                            'kept': [by.loc[best[d], d] for d in by.columns]}, index=by.columns)
+    summary['holds'] = summary.kept >= threshold
+    return Kept(site, float(threshold), bool(keep_correct), by, summary)
+
+# %% ../../nbs/papers/16_orion.ipynb #de3c35c9
+_CONTROL = {'r2c2': lambda it: (it.r2, it.c2), 'r1c2': lambda it: (it.r1, it.c2), 'r2c1': lambda it: (it.r2, it.c1)}
+
+def same_request_patch(model, # A causal LM
+                       tokenizer, # Its tokenizer
+                       items:list[Item], # Items, e.g. the survivors of a `sweep`
+                       sites:list, # Sites to patch at the last position, one run each
+                       batch_size:int=16 # Prompt pairs per forward pass
+                      ) -> pd.DataFrame: # One row per (site, domain): site, layer, n, acc_r2c2 (kept), acc_r1c2 (the other value), acc_r2c1 (the source's value)
+    "The control of request-patching: patch from $(R_2, C_1)$ into $(R_2, C_2)$; per site and domain, the top-1 rates of $R_2(C_2)$, $R_1(C_2)$ and $R_2(C_1)$."
+    check_causal_lm(model, 'same_request_patch')
+    check_batch_size(batch_size)
+    if not items: raise ConfigError("same_request_patch got no items.", "A non-empty list of `Item`s.", "Use e.g. the survivors of `sweep`.")
+    labels = list(dict.fromkeys(_site_label(model, s) for s in _as_sites(sites)))
+    src = [prompt(tokenizer, it.domain, it.c1, it.r2) for it in items]
+    dst = _texts(tokenizer, items, 'r2c2')
+    want = {a: torch.tensor([answer_id(tokenizer, t, it.answer(*f(it))) for t, it in zip(dst, items)], dtype=torch.long) for a, f in _CONTROL.items()}
+    top = {j: torch.zeros(len(items), dtype=torch.long) for j in range(len(labels))}
+    def take(key, rows, lg):
+        if key not in ('src', 'dst'): top[key][rows] = lg.argmax(-1).cpu()
+    _each_run(model, _check_batch(encode_left(tokenizer, src), 'src'), _check_batch(encode_left(tokenizer, dst), 'dst'),
+              [Site(name, layer) for name, layer in labels], batch_size, take)
+    dom, rows = pd.Series([it.domain for it in items]), []
+    for j, (name, layer) in enumerate(labels):
+        for d in dom.unique():
+            k = torch.tensor((dom == d).values)
+            rows.append(dict(domain=d, site=name, layer=layer, n=int(k.sum()), **{f'acc_{a}': (top[j][k] == want[a][k]).double().mean().item() for a in want}))
+    return pd.DataFrame(rows, columns=['domain', 'site', 'layer', 'n', 'acc_r2c2', 'acc_r1c2', 'acc_r2c1'])
 
 # %% ../../nbs/papers/16_orion.ipynb #3b279673
 INJECTIONS = {  # kind -> the line inserted between the context and the question

@@ -173,15 +173,16 @@ def collate(problems:list, # `Encoded` problems, all with the same number of lev
         labels[i, p.answer_start:len(row)] = row[p.answer_start:]
     return dict(input_ids=ids.to(device), position_ids=pos.to(device), labels=labels.to(device))
 
-def _check_fits(model:CoupledTransformer, batch:dict):
-    "A `ShapeError` when a problem needs ids beyond the model's position tables."
+def _check_fits(model:nn.Module, batch:dict):
+    "A `ShapeError` when a problem needs ids beyond a `CoupledTransformer`'s position tables; other modules declare no limit, so nothing is checked for them."
+    if not isinstance(model, CoupledTransformer): return
     if model.positions == 'coupled' and int(batch['position_ids'].max()) >= model.table_size:
         raise ShapeError(f"Position id {int(batch['position_ids'].max())} is needed.", f"The model's tables hold ids 0..{model.table_size - 1}.",
                          "Use shorter or fewer operands, smaller start offsets, or a model with a larger table_size.")
     if model.positions == 'absolute' and batch['input_ids'].shape[1] > model.max_len:
         raise ShapeError(f"A sequence of {batch['input_ids'].shape[1]} tokens.", f"The model's absolute table has {model.max_len} rows.", "Use shorter problems.")
 
-def answer_loss(model:CoupledTransformer, # The model
+def answer_loss(model:nn.Module, # A `CoupledTransformer`, or any module called as `model(input_ids, position_ids)` -> logits
                 batch:dict # From `collate`
                ) -> torch.Tensor:
     "Mean next-token cross-entropy over the answer and EOS tokens."
@@ -194,12 +195,13 @@ def answer_loss(model:CoupledTransformer, # The model
 def sample_operands(rng:random.Random, # The random source
                     max_digits:int, # Operand lengths 1..max_digits
                     counts, # Operand counts to choose from, e.g. range(2, 6)
-                    uniform:float=0.5 # Share of problems whose operands all have the same length (the paper's 'partially uniform' sampling)
+                    independent:float=0.5 # Probability that each operand's length is drawn on its own (the official `threshold_partially_uniform`); else all share one length
                    ) -> list[int]:
-    "Random operands: a count, a length, then each operand of that length (or of a random length up to it); leading digits nonzero."
-    m, n = rng.choice(list(counts)), rng.randint(1, max_digits)
-    same = rng.random() < uniform
-    lengths = [n if same else rng.randint(1, n) for _ in range(m)]
+    "Random operands as the official 'partially uniform' sampler draws them: a count, then each operand's length uniform on 1..max_digits on its own (probability `independent`) or one such length for all; leading digits nonzero."
+    if not (isinstance(max_digits, int) and max_digits >= 1): raise ConfigError(f"max_digits={max_digits!r}.", "Operands need at least 1 digit.", "Use max_digits >= 1.")
+    if isinstance(independent, bool) or not (isinstance(independent, (int, float)) and 0 <= independent <= 1): raise ConfigError(f"independent={independent!r}.", "A probability in [0, 1].", "Use 0.5, the official threshold.")
+    m = rng.choice(list(counts))
+    lengths = [rng.randint(1, max_digits) for _ in range(m)] if rng.random() < independent else [rng.randint(1, max_digits)] * m
     return [rng.randint(0 if k == 1 else 10**(k - 1), 10**k - 1) for k in lengths]
 
 def random_starts(rng:random.Random, # The random source
@@ -271,7 +273,7 @@ def train_adder(recipe:AdderRecipe|str='coupled', # An `AdderRecipe` or a key of
     return model.eval(), None, res
 
 # %% ../../nbs/papers/15_position_coupling.ipynb #4f8a0d88
-def exact_match(model:CoupledTransformer, # A trained adder (or multiplier)
+def exact_match(model:nn.Module, # A trained adder (or multiplier): a `CoupledTransformer` or any module called as `model(input_ids, position_ids)` -> logits
                 problems:list, # `Encoded` problems, encoded with evaluation offsets
                 batch_size:int=256 # Problems per forward pass
                ) -> torch.Tensor: # (len(problems),) bool: whether greedy decoding writes the whole answer and EOS exactly
@@ -286,7 +288,7 @@ def exact_match(model:CoupledTransformer, # A trained adder (or multiplier)
             out.append(((pred == target) | (target == -100)).all(1).cpu())
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
 
-def greedy_answer(model:CoupledTransformer, # A trained adder
+def greedy_answer(model:nn.Module, # A trained adder: any module called as `model(input_ids, position_ids)` -> logits
              problem:Encoded # The problem; only its input and the position ids of its format are used
             ) -> str: # What the model writes after '=', up to (not including) EOS
     "Greedy decoding, one token at a time; each new token gets the position ids its place in the answer format has."
@@ -314,7 +316,7 @@ def evaluation_problems(digits:int, # Every operand has exactly this many digits
     lo = 0 if digits == 1 else 10**(digits - 1)
     return [encode_addition([rng.randint(lo, 10**digits - 1) for _ in range(count)], scratchpad) for _ in range(n)]
 
-def accuracy_grid(model:CoupledTransformer, # A trained adder
+def accuracy_grid(model:nn.Module, # A trained adder: any module called as `model(input_ids, position_ids)` -> logits
                   digits=range(1, 11), # Operand lengths (rows)
                   counts=range(2, 11), # Operand counts (columns)
                   n:int=100, # Problems per cell

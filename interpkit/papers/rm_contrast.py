@@ -16,13 +16,14 @@ from ..train import load_asset
 from ..viz import heatmap
 
 # %% auto #0
-__all__ = ['POOLINGS', 'RESPONSE_ATTRIBUTES', 'STEP1_TEMPLATE', 'STEP2_TEMPLATE', 'SIDES', 'EDITORS', 'RESPONSE_TEMPLATE',
-           'TOPICS', 'PLANTED', 'RM_ASSET', 'PreferencePair', 'as_comparisons', 'rewards', 'classifier_reward',
-           'head_reward', 'head_features', 'train_reward_head', 'Span', 'Attribute', 'attribute', 'SpanEditor',
-           'rewrite_prompts', 'LMRewriter', 'random_edit', 'syntactic_distance', 'semantic_distances', 'orient',
-           'perturbations', 'Explanation', 'explain', 'coverage', 'sensitivity', 'local_sensitivity', 'representatives',
-           'perturbation_view', 'plot_sensitivity', 'demo_response', 'demo_prompt', 'attribute_levels',
-           'planted_reward', 'demo_comparisons', 'RMDemo', 'load_rm_demo']
+__all__ = ['POOLINGS', 'RESPONSE_ATTRIBUTES', 'STEP1_TEMPLATE', 'STEP2_TEMPLATE', 'SIDES', 'EDITORS', 'POLE_DESCRIPTIONS',
+           'RESPONSE_TEMPLATE', 'TOPICS', 'PLANTED', 'RM_ASSET', 'PreferencePair', 'as_comparisons', 'rewards',
+           'classifier_reward', 'head_reward', 'head_features', 'train_reward_head', 'Span', 'Attribute', 'attribute',
+           'SpanEditor', 'rewrite_prompts', 'LMRewriter', 'random_edit', 'syntactic_distance', 'semantic_distances',
+           'orient', 'perturbations', 'Explanation', 'explain', 'coverage', 'sensitivity', 'local_sensitivity',
+           'representatives', 'representatives_null', 'lexicon_detector', 'DescriptionDetector', 'detector_shifts',
+           'revalidate', 'detector_agreement', 'perturbation_view', 'plot_sensitivity', 'demo_response', 'demo_prompt',
+           'attribute_levels', 'planted_reward', 'demo_comparisons', 'RMDemo', 'demo_heldout', 'load_rm_demo']
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #6d6e8a7f
 @dataclass(frozen=True)
@@ -363,13 +364,24 @@ def semantic_distances(a:list[str], # Texts
 SIDES = ('chosen', 'rejected', 'both')
 EDITORS = ('attribute', 'random')
 
-def orient(reward_model, comparisons, batch_size:int=32) -> tuple[list[PreferencePair], np.ndarray, np.ndarray]:
-    "Each comparison with `chosen` the response the reward model prefers, the margin r(x, y_c) - r(x, y_r) > = 0, and whether it was swapped."
+def _score_pairs(reward_model, pairs, batch_size:int, scored:dict|None=None) -> dict:
+    "`scored` (a copy) with the reward of every distinct (prompt, response) in `pairs` it lacks: each pair is scored once, ever."
+    scored = dict(scored or {})
+    todo = sorted(set(pairs) - set(scored))
+    scored.update(zip(todo, rewards(reward_model, [p for p, _ in todo], [y for _, y in todo], batch_size)))
+    return scored
+
+def _orient(reward_model, comparisons, batch_size):
+    "`orient`, and the rewards it scored: {(prompt, response): reward}."
     cs = as_comparisons(comparisons)
-    r = rewards(reward_model, [c.prompt for c in cs]*2, [c.chosen for c in cs] + [c.rejected for c in cs], batch_size)
-    m = r[:len(cs)] - r[len(cs):]
+    r = _score_pairs(reward_model, [(c.prompt, y) for c in cs for y in (c.chosen, c.rejected)], batch_size)
+    m = np.array([r[c.prompt, c.chosen] - r[c.prompt, c.rejected] for c in cs])
     swap = m < 0
-    return [c.swapped() if s else c for c, s in zip(cs, swap)], np.abs(m), swap
+    return [c.swapped() if s else c for c, s in zip(cs, swap)], np.abs(m), swap, r
+
+def orient(reward_model, comparisons, batch_size:int=32) -> tuple[list[PreferencePair], np.ndarray, np.ndarray]:
+    "Each comparison with `chosen` the response the reward model prefers, the margin r(x, y_c) - r(x, y_r) >= 0, and whether it was swapped (each distinct pair scored once)."
+    return _orient(reward_model, comparisons, batch_size)[:3]
 
 def perturbations(comparisons, # Comparisons (oriented: `chosen` is what the reward model prefers)
                   attributes=RESPONSE_ATTRIBUTES, # Attributes, or their names
@@ -438,11 +450,10 @@ def explain(reward_model, # A callable `(prompts, responses) -> rewards` (see `c
             seed:int=0 # Seeds the random edits
            ) -> Explanation:
     "Score every perturbation of every comparison: the new margin, counterfactual (the preference flips) or semifactual (it holds although the attribute moved toward flipping), and locality."
-    cs, m0, swap = orient(reward_model, comparisons, batch_size)
+    cs, m0, swap, r = _orient(reward_model, comparisons, batch_size)
     t = perturbations(cs, attributes, rewriter, sides, baseline, seed)
-    pairs = sorted({(cs[i].prompt, y) for i, yc, yr in zip(t.comparison, t.chosen, t.rejected) for y in (yc, yr)})
-    r = dict(zip(pairs, rewards(reward_model, [p for p, _ in pairs], [y for _, y in pairs], batch_size)))   # each distinct pair scored once
     prompts = [cs[i].prompt for i in t.comparison]
+    r = _score_pairs(reward_model, [(p, y) for p, yc, yr in zip(prompts, t.chosen, t.rejected) for y in (yc, yr)], batch_size, r)   # the originals' rewards are reused
     t['margin'] = m0[t.comparison.to_numpy()]
     t['new_margin'] = [r[p, yc] - r[p, yr] for p, yc, yr in zip(prompts, t.chosen, t.rejected)]
     oc, orr = [cs[i].chosen for i in t.comparison], [cs[i].rejected for i in t.comparison]
@@ -493,6 +504,16 @@ def local_sensitivity(explanation:Explanation, # From `explain`
     "Per comparison (rows) and attribute (columns): the mean margin lost by its valid perturbations (NaN where there was none)."
     return _valid_shifts(explanation, editor, sides).pivot_table(index='comparison', columns='attribute', values='shift', aggfunc='mean')
 
+def _local_rhos(glob:pd.Series, loc:pd.DataFrame, min_attributes:int, values=None) -> list:
+    "(comparison, Spearman rho of its local shifts with `glob`, number of attributes) for each comparison with enough distinct shifts; `values` maps a row's shifts (e.g. a shuffle)."
+    rows = []
+    for i, r in loc.iterrows():
+        r = r.dropna()
+        if len(r) < max(min_attributes, 2) or r.nunique() < 2: continue
+        x = r.to_numpy() if values is None else values(r.to_numpy())
+        rows.append((i, round(float(spearmanr(x, glob[r.index].to_numpy()).statistic), 12), len(r)))   # rounded: exact ties go by index
+    return rows
+
 def representatives(explanation:Explanation, # From `explain`
                     k:int=3, # How many comparisons
                     editor:str='attribute', # Which editor's rows
@@ -500,15 +521,138 @@ def representatives(explanation:Explanation, # From `explain`
                     min_attributes:int=3 # Comparisons with fewer perturbed attributes are skipped
                    ) -> pd.DataFrame:
     "The `k` comparisons whose local ranking of attributes (margin lost) agrees best with the global one (Spearman), best first."
-    glob = sensitivity(explanation, editor, sides)['shift']
-    loc = local_sensitivity(explanation, editor, sides)
-    rows = []
-    for i, r in loc.iterrows():
-        r = r.dropna()
-        if len(r) < max(min_attributes, 2) or r.nunique() < 2: continue
-        rows.append((i, round(float(spearmanr(r.to_numpy(), glob[r.index].to_numpy()).statistic), 12), len(r)))   # rounded: exact ties go by index
+    rows = _local_rhos(sensitivity(explanation, editor, sides)['shift'], local_sensitivity(explanation, editor, sides), min_attributes)
     out = pd.DataFrame(rows, columns=['comparison', 'rho', 'n_attributes'])
     return out.sort_values(['rho', 'comparison'], ascending=[False, True]).head(k).reset_index(drop=True)
+
+def representatives_null(explanation:Explanation, # From `explain`
+                         k:int=3, # As in `representatives`
+                         n_permutations:int=200, # Shuffles
+                         editor:str='attribute', # Which editor's rows
+                         sides=('chosen', 'rejected'), # Sides pooled
+                         min_attributes:int=3, # As in `representatives`
+                         seed:int=0 # Seeds the shuffles
+                        ) -> np.ndarray: # (n_permutations,) mean rho of the top k under each shuffle
+    "What `representatives` finds by chance: the mean rho of its top `k` when each comparison's shifts are shuffled among its own attributes."
+    if isinstance(n_permutations, bool) or not (isinstance(n_permutations, (int, np.integer)) and n_permutations >= 1):
+        raise ConfigError(f"n_permutations={n_permutations!r}.", "A positive integer.", "E.g. n_permutations=200.")
+    glob, loc = sensitivity(explanation, editor, sides)['shift'], local_sensitivity(explanation, editor, sides)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_permutations):
+        rhos = sorted((rho for _, rho, _ in _local_rhos(glob, loc, min_attributes, rng.permutation)), reverse=True)[:k]
+        out.append(float(np.mean(rhos)) if rhos else float('nan'))
+    return np.array(out)
+
+# %% ../../nbs/papers/04_rm_contrast.ipynb #9f037efd
+POLE_DESCRIPTIONS = {   # attribute: (low pole, high pole), written without any phrase of the lexicon
+    'politeness': ("A rude, dismissive and impolite answer.", "A polite, courteous and considerate answer."),
+    'conciseness': ("A wordy, long-winded answer padded with filler.", "A concise answer that says things in few words."),
+    'directness': ("A hesitant, hedging answer that sounds unsure.", "A direct, confident answer that sounds certain."),
+    'specificity': ("A vague answer with imprecise amounts of time.", "A precise answer with exact numbers and durations."),
+    'harmlessness': ("A reckless answer that encourages risky, unsafe actions.", "A careful answer that keeps the user safe from harm."),
+    'formality': ("A casual, slangy, informal answer.", "A formal, professional answer."),
+    'enthusiasm': ("A flat, indifferent, unenthusiastic answer.", "An eager, upbeat, enthusiastic answer."),
+    'correctness': ("An answer based on hearsay and unverified rumour.", "An answer confirmed by an authoritative, verified source."),
+}
+
+def lexicon_detector(texts:list[str], # Texts
+                     attribute:Attribute # The attribute
+                    ) -> np.ndarray: # (n,) float64
+    "The lexicon's own detector (`Attribute.score`) as a detector `(texts, attribute) -> scores`: the one the span editor shares."
+    return np.array([attribute.score(t) for t in texts], dtype=np.float64)
+
+class DescriptionDetector:
+    "An attribute detector that shares nothing with the lexicon: cos(e(y), e(high description)) - cos(e(y), e(low description)) of sentence embeddings."
+    def __init__(self, descriptions:dict=POLE_DESCRIPTIONS, # {attribute name: (low description, high description)}
+                 encoder=None, # A text encoder; None: all-MiniLM-L6-v2
+                 tokenizer=None, # Its tokenizer
+                 batch_size:int=32 # Texts per forward pass
+                ):
+        bad = [k for k, v in dict(descriptions).items() if not (isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(d, str) and d.strip() for d in v))]
+        if bad: raise ConfigError(f"The descriptions of {bad} are not (low, high) pairs of texts.", "{attribute name: (low description, high description)}.", "Describe each pole in a few words.")
+        check_batch_size(batch_size)
+        self.descriptions, self.encoder, self.tokenizer, self.batch_size, self._e = dict(descriptions), encoder, tokenizer, batch_size, {}
+    def embeddings(self, texts:list[str]) -> torch.Tensor:
+        "Unit sentence embeddings (float64, on the CPU) of `texts`; each distinct text is embedded once and kept."
+        todo = sorted(set(texts) - set(self._e))
+        if todo: self._e.update(zip(todo, embed(todo, self.encoder, self.tokenizer, batch_size=self.batch_size).double().cpu()))
+        return torch.stack([self._e[t] for t in texts])
+    def __call__(self, texts:list[str], attribute) -> np.ndarray:
+        name = getattr(attribute, 'name', attribute)
+        if name not in self.descriptions: raise ConfigError(f"No description of the attribute {name!r}.", f"Described: {sorted(self.descriptions)}.", "Pass descriptions={name: (low, high), ...}.")
+        texts = list(texts)
+        if not texts: return np.zeros(0)
+        lo, hi = self.embeddings(list(self.descriptions[name]))
+        return (self.embeddings(texts) @ (hi - lo)).numpy()
+    def __repr__(self): return f"DescriptionDetector({len(self.descriptions)} attributes)"
+
+def _detected(detector, texts, attribute) -> dict:
+    "{text: the detector's score} over the distinct `texts`; a wrong count or a non-finite score raises."
+    texts = sorted(set(texts))
+    s = np.asarray(detector(texts, attribute), dtype=np.float64).reshape(-1)
+    if s.shape != (len(texts),): raise ShapeError(f"The detector returned {s.size} scores for {len(texts)} texts.", "One score per text.", "Return shape (n,).")
+    if not np.isfinite(s).all(): raise NotFiniteError(f"The detector scored {s[~np.isfinite(s)][0]} on {attribute.name!r}.", "Scores must be finite.", "Check the detector.")
+    return dict(zip(texts, s))
+
+def detector_shifts(explanation:Explanation, # From `explain`
+                    detector, # `(texts, attribute) -> scores`, e.g. `DescriptionDetector()` or `lexicon_detector`
+                    attributes=RESPONSE_ATTRIBUTES # Where the explanation's attribute names are looked up
+                   ) -> pd.DataFrame:
+    "Per row of `explanation.table`, the detector's score change of the chosen and of the rejected response (0 where that response is not edited)."
+    t, cs = explanation.table, explanation.comparisons
+    new = {k: t[k].to_numpy(object) for k in ('chosen', 'rejected')}
+    old = {k: np.array([getattr(cs[i], k) for i in t.comparison], dtype=object) for k in new}
+    out = {k: np.zeros(len(t)) for k in new}
+    for name, idx in t.groupby('attribute', sort=False).indices.items():
+        a = attribute(name, attributes)
+        for k in new:
+            e = idx[new[k][idx] != old[k][idx]]
+            if not len(e): continue
+            s = _detected(detector, list(new[k][e]) + list(old[k][e]), a)
+            out[k][e] = [s[n] - s[o] for n, o in zip(new[k][e], old[k][e])]
+    return pd.DataFrame({'d_chosen': out['chosen'], 'd_rejected': out['rejected']}, index=t.index)
+
+def _revalidated(explanation:Explanation, d_chosen, d_rejected) -> Explanation:
+    "The explanation with validity from detector shifts: every response the side edits moved toward flipping (chosen down, rejected up)."
+    t, cs = explanation.table.copy(), explanation.comparisons
+    d_chosen, d_rejected = np.asarray(d_chosen, dtype=np.float64), np.asarray(d_rejected, dtype=np.float64)
+    if d_chosen.shape != (len(t),) or d_rejected.shape != (len(t),):
+        raise ShapeError(f"Shifts of shapes {d_chosen.shape} and {d_rejected.shape} for {len(t)} perturbations.", "One shift per row of the table.", "Use detector_shifts.")
+    ok_c = (t.chosen.to_numpy(object) != np.array([cs[i].chosen for i in t.comparison], dtype=object)) & (d_chosen < 0)
+    ok_r = (t.rejected.to_numpy(object) != np.array([cs[i].rejected for i in t.comparison], dtype=object)) & (d_rejected > 0)
+    if 'valid_lexicon' not in t: t['valid_lexicon'] = t['valid']
+    t['d_chosen'], t['d_rejected'] = d_chosen, d_rejected
+    t['valid'] = np.where(t.side == 'chosen', ok_c, np.where(t.side == 'rejected', ok_r, ok_c & ok_r))
+    return Explanation(cs, explanation.margins, explanation.swapped, _flags(t))
+
+def revalidate(explanation:Explanation, # From `explain`
+               detector, # `(texts, attribute) -> scores`, e.g. `DescriptionDetector()`
+               attributes=RESPONSE_ATTRIBUTES # Where the explanation's attribute names are looked up
+              ) -> Explanation:
+    "The explanation judged by another detector: a perturbation is valid when every response its side edits moved toward flipping on it; `valid_lexicon` keeps the first verdict."
+    d = detector_shifts(explanation, detector, attributes)
+    return _revalidated(explanation, d.d_chosen.to_numpy(), d.d_rejected.to_numpy())
+
+def detector_agreement(detector, # `(texts, attribute) -> scores`
+                       texts:list[str], # Held-out texts that carry the attributes' phrases
+                       attributes=RESPONSE_ATTRIBUTES, # Attributes to edit
+                       seed:int=0 # Seeds each edit's direction and the random edits
+                      ) -> pd.DataFrame:
+    "Calibration against the lexicon: one span edit per text and attribute (direction drawn; the other if it cannot go that way), whether the detector moved that way (`agrees`), and whether it did after a random edit of the same size (`random_agrees`, chance ½)."
+    rng, rows = random.Random(seed), []
+    for a in [attribute(x) for x in attributes]:
+        edits = []
+        for j, y in enumerate(texts):
+            d = rng.choice((-1, 1))
+            new = a.rewrite(y, d)
+            if new is None: d, new = -d, a.rewrite(y, -d)
+            if new is not None: edits.append((j, y, d, new, random_edit(y, new, a, seed=rng.randrange(2**31))))
+        if not edits: continue
+        s = _detected(detector, [x for _, y, _, n, r in edits for x in (y, n, r)], a)
+        rows += [dict(attribute=a.name, text=j, direction=d, d_span=s[n] - s[y], d_random=s[r] - s[y]) for j, y, d, n, r in edits]
+    out = pd.DataFrame(rows, columns=['attribute', 'text', 'direction', 'd_span', 'd_random'])
+    return out.assign(agrees=np.sign(out.d_span) == out.direction, random_agrees=np.sign(out.d_random) == out.direction)
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #53ff85b1
 def perturbation_view(explanation:Explanation, # From `explain`
@@ -606,13 +750,21 @@ RM_ASSET = 'rm_contrast_demo'
 # %% ../../nbs/papers/04_rm_contrast.ipynb #e5b72ee9
 @result
 class RMDemo:
-    "The shipped demo: two MiniLM reward models trained on planted preferences, their explanations on held-out comparisons, and SmolLM2's rewrites."
+    "The shipped demo: two MiniLM reward models trained on planted preferences, their explanations on held-out comparisons (judged by the lexicon and by `DescriptionDetector`), and SmolLM2's rewrites."
     reward_models: dict
     planted: dict
     comparisons: dict
     explanations: dict
+    independent: dict
+    heldout_margins: dict
     rewrites: pd.DataFrame
     meta: dict
+
+def demo_heldout(name:str, # A reward model of the demo: a key of `PLANTED`
+                 meta:dict # The asset's metadata (`RMDemo.meta`)
+                ) -> list[PreferencePair]:
+    "The comparisons of reward model `name`'s training split that its head was not fitted on."
+    return demo_comparisons(meta['n_train'], PLANTED[name], seed=meta['train_seeds'][name], beta=meta['beta'])[meta['n_fit']:]
 
 def _demo_table(cs, tensors, name, meta):
     "Rebuild an explanation from the shipped numbers: the perturbations are regenerated, the scores read from the asset."
@@ -628,7 +780,7 @@ def load_rm_demo(encoder=None, # The MiniLM encoder the heads were trained on; N
     "The two reward models, the held-out comparisons and their explanations as `tools/make_rm_contrast_assets.py` made them."
     tensors, meta = load_asset(RM_ASSET)
     if encoder is None: encoder, tokenizer = load_encoder()
-    rms, cs, exs = {}, {}, {}
+    rms, cs, exs, ind, held = {}, {}, {}, {}, {}
     for name in PLANTED:
         head = torch.nn.utils.skip_init(torch.nn.Linear, tensors[f'{name}.head.weight'].shape[1], 1)   # no initialisation: it would draw from torch's global generator
         head.load_state_dict({'weight': tensors[f'{name}.head.weight'], 'bias': tensors[f'{name}.head.bias']})
@@ -636,4 +788,6 @@ def load_rm_demo(encoder=None, # The MiniLM encoder the heads were trained on; N
         raw = demo_comparisons(meta['n_test'], PLANTED[name], seed=meta['test_seed'], beta=np.inf)
         cs[name] = [c.swapped() if s else c for c, s in zip(raw, tensors[f'{name}.swapped'].bool().tolist())]
         exs[name] = _demo_table(cs[name], tensors, name, meta)
-    return RMDemo(rms, dict(PLANTED), cs, exs, pd.DataFrame(meta['rewrites']), meta)
+        ind[name] = _revalidated(exs[name], tensors[f'{name}.d_chosen'].double().numpy(), tensors[f'{name}.d_rejected'].double().numpy())
+        held[name] = tensors[f'{name}.heldout_margin'].double().numpy()
+    return RMDemo(rms, dict(PLANTED), cs, exs, ind, held, pd.DataFrame(meta['rewrites']), meta)

@@ -413,22 +413,25 @@ def paste_square(x, # Images (N, 3, H, W)
     return torch.where(mask[:, None], col, x), mask
 
 def toy_digits(split:str='train', # 'train' (1,347 images) or 'test' (450), the split of `interpkit.data.digits`
-               square_class:int|None=3, # Class that gets the square; None: no square anywhere
-               p:float=0.7, # Fraction of that class's images with a square (the paper's 0.7)
+               square_class:int|str|None=3, # Class that gets the square; 'all': every class (the paper's model B); None: no square anywhere
+               p:float=0.7, # Fraction of that class's images with a square (the paper's 0.7 for model A, 0.5 for B on every class)
                size:int=24, # Side of the upsampled images
                square:int=5, # Side of the square
                seed:int=0 # Seed of the colours and square positions
               ) -> ToyDigits:
-    "Scikit-learn digits, upsampled and coloured, with a red square pasted into a fraction p of one class's images."
+    "Scikit-learn digits, upsampled and coloured, with a red square pasted into a fraction p of one class's (or every class's) images."
     from interpkit.data import digits
     check_choice('split', split, ('train', 'test'))
     if not 0 <= p <= 1: raise ConfigError(f"p={p} is not a fraction.", "Valid: 0..1.", "")
+    if not (square_class is None or square_class == 'all' or (isinstance(square_class, (int, np.integer)) and not isinstance(square_class, bool) and 0 <= square_class <= 9)):
+        raise ConfigError(f"square_class={square_class!r}.", "Valid: a digit 0..9, 'all' (every class) or None (no square).", "E.g. square_class=3.")
     d = digits(flat=False)
     x, y = (d.x_train, d.y_train) if split == 'train' else (d.x_test, d.y_test)
     g = torch.Generator().manual_seed(seed + (0 if split == 'train' else 1000))
     x = F.interpolate(x[:, None], size=(size, size), mode='bilinear', align_corners=False).clamp(0, 1)
     x = x * (0.4 + 0.6 * torch.rand(len(x), 3, 1, 1, generator=g))
-    which = torch.zeros(len(y), dtype=torch.bool) if square_class is None else (y == square_class) & (torch.rand(len(y), generator=g) < p)
+    if square_class is None: which = torch.zeros(len(y), dtype=torch.bool)
+    else: which = (torch.ones_like(y, dtype=torch.bool) if square_class == 'all' else y == square_class) & (torch.rand(len(y), generator=g) < p)
     x, mask = paste_square(x, which, square, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
     return ToyDigits(x, y, mask)
 
@@ -465,20 +468,22 @@ def train_toy_cnn(data:ToyDigits, # Training images and labels (the model is tra
     res = fit(model, batches, lambda m, b: F.cross_entropy(m(b[0]), b[1]), steps=steps, lr=lr, weight_decay=1e-4, seed=seed, progress=progress)
     return model.eval(), None, res
 
-TOY_MODELS = {'A': dict(square_class=3, seed=0), "A'": dict(square_class=3, seed=1), 'B': dict(square_class=None, seed=0)} # data and seed of each shipped model
+TOY_MODELS = {'A': dict(square_class=3, seed=0), "A'": dict(square_class=3, seed=1), 'B': dict(square_class=None, seed=0),
+              "B'": dict(square_class='all', p=0.5, seed=0)} # data (`toy_digits('train', ...)`, p=0.7 unless given) and seed of each shipped model
 
 @result
 class ToyModels:
-    "The demo's three trained `ToyCNN`s; `A, A2, B = models` unpacks them, `models.items()` pairs them with their names in `TOY_MODELS`."
+    "The demo's four trained `ToyCNN`s; `A, A2, B, B2 = models` unpacks them, `models.items()` pairs them with their names in `TOY_MODELS`."
     a: nn.Module # A: squares in 70% of the 3s, seed 0
     a2: nn.Module # A′, the control: the same data, seed 1
     b: nn.Module # B: no squares, seed 0
-    def __iter__(self): return iter((self.a, self.a2, self.b))
+    b2: nn.Module # B′, the paper's model B: squares in 50% of the images of every class, seed 0
+    def __iter__(self): return iter((self.a, self.a2, self.b, self.b2))
     def items(self) -> list: return list(zip(TOY_MODELS, self))
 
 def load_toy_models(name:str='rsvc_toy_cnns' # Asset written by `tools/make_rsvc_assets.py`
                    ) -> tuple: # `(ToyModels, None, meta)`: the models in eval mode, no tokenizer, the asset's metadata
-    "The demo's three trained `ToyCNN`s, rebuilt from their asset."
+    "The demo's four trained `ToyCNN`s, rebuilt from their asset."
     from interpkit.train import load_asset
     tensors, meta = load_asset(name)
     models = []

@@ -19,8 +19,8 @@ from ..train import FitResult, fit, lm_loss, load_asset
 __all__ = ['HARMFUL_TASKS', 'HARMLESS_TASKS', 'REQUEST_TEMPLATES', 'REFUSALS', 'REFUSAL_KEYWORDS', 'ALIGNED_LM_ASSET', 'requests',
            'is_refusal', 'chat_prompts', 'head_map', 'generate', 'refusal_rate', 'train_aligned_lm', 'adapter_tensors',
            'merge_adapter', 'load_aligned_lm', 'harmful_batch', 'next_token_logits', 'kl_div', 'ships',
-           'subspace_angle', 'SaharaResult', 'sahara', 'HeadEffect', 'head_effect', 'query_weights', 'AblationOutcomes',
-           'ablation_outcomes']
+           'subspace_angle', 'SaharaResult', 'sahara', 'HeadEffect', 'head_effect', 'query_weights', 'replies_changed',
+           'AblationOutcomes', 'ablation_outcomes', 'specificity']
 
 # %% ../../nbs/papers/07_safety_heads.ipynb #49b84e01
 HARMFUL_TASKS = {
@@ -408,12 +408,12 @@ def sahara(model, # A causal LM with a known layout
 class HeadEffect:
     "A request's greedy reply with and without one head ablated, and whether the judge calls each a refusal."
     request:str # The user request
-    layer:int # Layer of the head
-    head:int # Head index
+    layer:int # Layer of the head, 0..n_layers-1
+    head:int # Head index, 0..n_heads-1
     base:str # Reply of the model as it is
     ablated:str # Reply with the head ablated during the whole generation
-    base_refuses:bool # `is_refusal(base)`
-    ablated_refuses:bool # `is_refusal(ablated)`
+    base_refuses:bool # `judge(base)`
+    ablated_refuses:bool # `judge(ablated)`
 
 def head_effect(model, # A causal chat LM
                 tokenizer, # Its tokenizer
@@ -424,16 +424,17 @@ def head_effect(model, # A causal chat LM
                 how:str='scale_query', # 'scale_query', 'mean' or 'zero' (see `generate`)
                 eps:float=1e-4, # The query factor of how='scale_query'
                 means=None, # For how='mean'
-                base:str|None=None # The reply without the ablation, if already known (e.g. remembered by a widget); None: generated here
+                base:str|None=None, # The reply without the ablation, if already known (e.g. remembered by a widget); None: generated here
+                judge=is_refusal # reply -> whether it is a refusal
                ) -> HeadEffect:
-    "Greedy replies to `request` without (unless `base` is given) and with head (`layer`, `head`) ablated, and whether the judge calls each a refusal."
+    "Greedy replies to `request` without (unless `base` is given) and with head (`layer`, `head`) ablated, and whether `judge` calls each a refusal."
     check_causal_lm(model, 'head_effect')
     if not isinstance(request, str): raise ConfigError(f"request is a {type(request).__name__}.", "One request, a string.", "Use `generate` for lists of requests.")
-    _head_pairs(model, [(layer, head)], 'head_effect')  # checks the head before generating
+    (layer, head), = _head_pairs(model, [(layer, head)], 'head_effect')  # checks the head before generating; negative indices count from the end
     if base is not None and not isinstance(base, str): raise ConfigError(f"base is a {type(base).__name__}.", "The unablated reply, a string, or None.", "Pass None to generate it.")
     run = lambda hs: generate(model, tokenizer, [request], max_new_tokens, heads=hs, how=how, eps=eps, means=means)[0]
     base, abl = run(()) if base is None else base, run([(layer, head)])
-    return HeadEffect(request, layer, head, base, abl, is_refusal(base), is_refusal(abl))
+    return HeadEffect(request, layer, head, base, abl, bool(judge(base)), bool(judge(abl)))
 
 # %% ../../nbs/papers/07_safety_heads.ipynb #06f3b6ee
 def query_weights(model # A model with a known layout
@@ -442,6 +443,18 @@ def query_weights(model # A model with a known layout
     lay = _layout(model, 'query_weights')
     d_model = model.get_input_embeddings().weight.shape[1]
     return lay.d_head * d_model
+
+def replies_changed(replies:list[str], # Replies under an ablation
+                    own:list[str], # The model's own replies to the same requests, in the same order
+                    words:int|None=None # Compare only the first `words` whitespace-separated words of each reply; None: whole replies
+                   ) -> float:
+    "The fraction of `replies` that differ from `own`, whole or in their first `words` words."
+    if isinstance(replies, str) or isinstance(own, str) or not len(own) or len(replies) != len(own):
+        raise ConfigError(f"replies_changed got {len(replies)} replies and {len(own)} own replies." if not isinstance(replies, str) and not isinstance(own, str) else "replies_changed got a string.",
+                          "Two non-empty lists of replies to the same requests.", "Pass lists of equal length.")
+    if words is not None and not (isinstance(words, int) and words >= 1): raise ConfigError(f"words={words!r}.", "A positive number of words, or None.", "E.g. words=3.")
+    cut = (lambda r: r) if words is None else (lambda r: r.split()[:words])
+    return sum(cut(a) != cut(b) for a, b in zip(replies, own)) / len(own)
 
 @result
 class AblationOutcomes:
@@ -479,6 +492,23 @@ def ablation_outcomes(model, # A causal chat LM with a known layout
         replies[name] = {'harmful': harm}
         if own is not None:
             safe = own if not sizes[name] else run(harmless, hs)
-            rows[name].update({'refused harmless': refusal_rate(safe, judge), 'harmless changed': sum(a != b for a, b in zip(safe, own)) / len(own)})
+            rows[name].update({'refused harmless': refusal_rate(safe, judge), 'harmless changed': replies_changed(safe, own)})
             replies[name]['harmless'] = safe
     return AblationOutcomes(pd.DataFrame.from_dict(rows, orient='index'), replies)
+
+def specificity(outcomes, # An `AblationOutcomes` (or its table) measured with `harmless` requests, with a row of the unablated model
+                base:str='none' # The name of that row (the set with no heads)
+               ) -> pd.DataFrame: # One row per other set, most specific first
+    "Each set's effect on harmful requests (refusals removed: its answered rate minus `base`'s) against its effect on harmless ones (replies changed; refusals added), and `specificity` = refusals removed - harmless changed."
+    t = outcomes.table if isinstance(outcomes, AblationOutcomes) else outcomes
+    if not isinstance(t, pd.DataFrame) or 'answered harmful' not in t: raise ConfigError(f"specificity got a {type(t).__name__}.", "An `AblationOutcomes` or its table.", "Pass the result of `ablation_outcomes`.")
+    if 'harmless changed' not in t: raise ConfigError("The outcomes have no harmless columns.", "Outcomes measured on harmless requests too.", "Call `ablation_outcomes(..., harmless=...)`.")
+    if base not in t.index: raise ConfigError(f"No row {base!r} in the outcomes; rows: {list(t.index)}.", "The row of the unablated model.", "Include {'none': []} in `head_sets`, or pass base=<its name>.")
+    missing = t.index[t[['refused harmless', 'harmless changed']].isna().any(axis=1)].tolist()
+    if missing: raise ConfigError(f"Rows {missing} have no harmless measurements.", "Every row measured with the same harmless requests.", "Measure those sets with `harmless=` too, or leave them out.")
+    b, rest = t.loc[base], t.drop(index=base)
+    out = pd.DataFrame({'heads': rest['heads'], 'refusals removed': rest['answered harmful'] - b['answered harmful'],
+                        'harmless changed': rest['harmless changed'], 'harmless refusals added': rest['refused harmless'] - b['refused harmless']})
+    out['specificity'] = out['refusals removed'] - out['harmless changed']
+    return out.sort_values('specificity', ascending=False, kind='stable')
+

@@ -143,30 +143,40 @@ def neuron_scores(model:nn.Module, # A model; never changed
     for g in groups:
         kept = {p: [] for p in g}
         collect(model, data, g, lambda outs: [kept[p].append(o.float().cpu()) for p, o in outs.items()], batch_size)
-        for p in g:
-            y = torch.cat(kept.pop(p))
-            z = standardize(y)
-            w = weight_matrix(mods[p]).detach().double().norm(dim=1).cpu()
-            frames.append(pd.DataFrame({'site': p, 'neuron': np.arange(y.shape[1]), 'w1': w1_gaussian(y, method).numpy(),
-                                        'mean': y.double().mean(0).numpy(), 'std': y.double().std(0, unbiased=False).numpy(),
-                                        'kurtosis': (z ** 4).mean(0).numpy() - 3, 'weight_norm': w.numpy()}))
+        frames += [_score_frame(p, torch.cat(kept.pop(p)), mods[p], method) for p in g]
     return pd.concat(frames, ignore_index=True)
+
+def _score_frame(site, y, module, method='exact'):
+    "One site's rows of `neuron_scores`, from its outputs y (tokens, d_out) and the linear layer."
+    y = y.detach()
+    z = standardize(y)
+    w = weight_matrix(module).detach().double().norm(dim=1).cpu()
+    return pd.DataFrame({'site': site, 'neuron': np.arange(y.shape[1]), 'w1': w1_gaussian(y, method).cpu().numpy(),
+                         'mean': y.double().mean(0).cpu().numpy(), 'std': y.double().std(0, unbiased=False).cpu().numpy(),
+                         'kurtosis': (z ** 4).mean(0).cpu().numpy() - 3, 'weight_norm': w.numpy()})
+
+def _ffn_of(site:str) -> str:
+    "The module that holds a linear site (its parent path): the linears of one FFN share it."
+    return site.rpartition('.')[0]
 
 def pick_neurons(scores:pd.DataFrame, # What `neuron_scores` returned
                  by:str='w1', # 'w1', 'mean' (largest |mean|), 'variance', 'magnitude' (largest weight-row norm) or 'random'
-                 frac:float=0.03, # Share of each site's neurons
-                 seed:int=0 # Seed of 'random'
-                ) -> dict[str, torch.Tensor]: # {site: sorted neuron indices}
-    "The top `frac` of each site's neurons by a score (the paper's 'Wasserstein neurons' for `by='w1'`), or as many at random."
-    check_choice('by', by, PICKS)
+                 frac:float=0.03, # Share of each FFN's neurons (or each site's, with per='site')
+                 seed:int=0, # Seed of 'random'
+                 per:str='ffn' # 'ffn': the top `frac` of the neurons of all the linears of one FFN (sites with the same parent module) together, as the paper; 'site': of each site
+                ) -> dict[str, torch.Tensor]: # {site: sorted neuron indices} for every site of `scores` (possibly none)
+    "The top `frac` of each FFN's neurons by a score (the paper's 'Wasserstein neurons' for `by='w1'`), or as many at random."
+    check_choice('by', by, PICKS); check_choice('per', per, ('ffn', 'site'))
     if not 0 < frac <= 1: raise ConfigError(f"frac={frac!r}.", "A share in (0, 1].", "Use e.g. 0.03 for the top 3%.")
     key = {'w1': scores['w1'], 'mean': scores['mean'].abs(), 'variance': scores['std'] ** 2, 'magnitude': scores['weight_norm']}.get(by)
-    gen, out = np.random.default_rng(seed), {}
-    for site, rows in scores.groupby('site', sort=False):
+    group = scores['site'].map(_ffn_of) if per == 'ffn' else scores['site']
+    gen, chosen = np.random.default_rng(seed), []
+    for _, rows in scores.groupby(group, sort=False):
         k = max(1, round(frac * len(rows)))
         idx = gen.permutation(len(rows))[:k] if by == 'random' else np.argsort(-key.loc[rows.index].to_numpy(), kind='stable')[:k]
-        out[site] = torch.as_tensor(np.sort(rows['neuron'].to_numpy()[idx]))
-    return out
+        chosen.append(rows.index.to_numpy()[idx])
+    chosen = scores.loc[np.concatenate(chosen)]
+    return {s: torch.as_tensor(np.sort(chosen.neuron[chosen.site == s].to_numpy())) for s in dict.fromkeys(scores['site'])}
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #6ba2e52e
 def input_hessians(model:nn.Module, # The model; never changed
@@ -242,8 +252,8 @@ def _sparsegpt(W, H, sparsity, n_m, fixed, blocksize, percdamp):
         if i1 % blocksize == 0 and fixed is None and n_m is None:
             j2 = min(i1 + blocksize, d_in)
             score = (W[:, :, i1:j2] ** 2 / torch.diagonal(Hinv, dim1=1, dim2=2)[:, None, i1:j2] ** 2).flatten(1)
-            M = torch.zeros_like(score, dtype=torch.bool)
-            M.scatter_(1, score.argsort(dim=1, stable=True)[:, :round(sparsity * score.shape[1])], True)
+            k = int(score.shape[1] * sparsity)   # the official rule: every weight at or below the (k+1)-th smallest saliency (ties included)
+            M = score <= score.sort(dim=1).values[:, k:k + 1] if sparsity > 0 else torch.zeros_like(score, dtype=torch.bool)
             M, m0 = M.view(e, d_out, j2 - i1), i1
         W1, Hinv1 = W[:, :, i1:i2].clone(), Hinv[:, i1:i2, i1:i2]
         Err1, d = torch.zeros_like(W1), torch.diagonal(Hinv1, dim1=1, dim2=2)[:, None, :]   # (e, 1, block)
@@ -478,17 +488,18 @@ def pruning_harm(model:nn.Module, # A causal LM; never changed
                  scores:pd.DataFrame, # From `neuron_scores` on calibration data
                  hessians:dict, # From `input_hessians` on the same data
                  held_out, # Held-out tokens for perplexity
-                 frac:float=0.03, # Share of each site's neurons pruned
+                 frac:float=0.03, # Share of each FFN's neurons pruned
                  sparsity:float=0.95, # Share of each picked row's weights zeroed (SparseGPT)
                  random_seeds=(0, 1, 2), # Seeds of the random picks
-                 batch_size:int=8 # Rows per forward pass
+                 batch_size:int=8, # Rows per forward pass
+                 per:str='ffn' # Top `frac` of each FFN's neurons ('ffn', the paper) or of each site's ('site'); see `pick_neurons`
                 ) -> pd.DataFrame: # One row per pick: pick, seed, perplexity, w1 (mean W1 of the picked neurons)
-    "Held-out perplexity after pruning the rows of the top `frac` neurons of every site by each score, against random picks of as many."
+    "Held-out perplexity after pruning the rows of the top `frac` neurons of every FFN by each score, against random picks of as many."
     model = load_lm(model)[0]   # a loaded model passes through as it is
     rows = [dict(pick='dense', seed=None, perplexity=perplexity(model, held_out, batch_size), w1=float('nan'))]
     for by in PICKS:
         for seed in (random_seeds if by == 'random' else (0,)):
-            picks = pick_neurons(scores, by, frac, seed)
+            picks = pick_neurons(scores, by, frac, seed, per)
             pruned = prune_neurons(model, hessians, picks, sparsity)
             w1 = np.concatenate([scores.loc[scores.site == s, 'w1'].to_numpy()[ix.numpy()] for s, ix in picks.items()]).mean()
             rows.append(dict(pick=by, seed=seed if by == 'random' else None, perplexity=perplexity(pruned, held_out, batch_size), w1=float(w1)))
@@ -541,7 +552,10 @@ def expansion_by_neuron(model:nn.Module, # A model; never changed
         xs = []
         collect(model, d, [site], lambda ins: xs.append(ins[site].double().cpu()), batch_size, inputs=True)
         return torch.cat(xs)
-    X, Xh = inputs(data), inputs(held_out)
+    return _by_neuron(module, inputs(data), inputs(held_out), sparsity, n_experts, **kwargs)
+
+def _by_neuron(module, X, Xh, sparsity, n_experts, **kwargs):
+    "`expansion_by_neuron` from the layer's inputs X (calibration) and Xh (held out), (tokens, d_in) float64 on the CPU."
     W = weight_matrix(module).detach()
     b = getattr(module, 'bias', None)
     Wd, bd = W.double().cpu(), None if b is None else b.detach().double().cpu()

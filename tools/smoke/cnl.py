@@ -8,7 +8,8 @@ from interpkit.papers.cnl import (FINETUNED, addition, multiplication, sentiment
                                   train_neuron_finetune, load_neuron_finetune, overlap_table, across_table, plot_neuron_map, explore_localization, Neurons)
 
 NOT_SMOKED = {'Capability': 'made by the data builders', 'NeuronScores': 'made by neuron_attributions', 'Neurons': 'made by commonality_neurons',
-              'Overlap': 'made by overlap', 'FactFidelity': 'made by fact_fidelity'}
+              'Overlap': 'made by overlap', 'FactFidelity': 'made by fact_fidelity',
+              'template_pairs': 'set arithmetic on neuron scores (tests/test_cnl.py)', 'load_template_grid': 'reads a shipped asset on the CPU'}
 
 def _data(n=6, seed=0):
     "Word prompts and answers the tiny tokenizer splits into known tokens (w0, w1, ...)."

@@ -4,7 +4,7 @@ from _util import on, finite, untouched
 from diffusers import DDIMScheduler, DDPMScheduler
 from interpkit.papers.diffusion_influence import (CURVATURES, DDPM_SCHEDULER, MEASUREMENTS, demo_images, draws, elbo_weights, measurement_grads, ggn_curvature,
                                                   influence_modules, influence_params, influence_scores, lds, load_influence_demo, measure, noised,
-                                                  precondition, project, retrain_ceiling, retraining_results, spearman, tiny_ddpm, top_influences, trak_scores, denoiser_forward)
+                                                  precondition, project, retrain_ceiling, retraining_results, spearman, tiny_ddpm, top_influences, trak_scores, denoiser_forward, mean_eigenvalue)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'train_ddpm': 'a CPU recipe for the shipped asset (full-batch training, no device argument); tests/test_diffusion_influence.py runs it',
@@ -37,6 +37,7 @@ def checks(device, dtype):
             out = []
             for kind in CURVATURES:
                 G = ggn_curvature(m, sched, x, kind, samples=2)
+                assert mean_eigenvalue(G) > 0, f'{kind} mean eigenvalue'
                 s = on(influence_scores(gq, gt, G, 1e-3), 'cpu', f'{kind} scores')
                 on(precondition(G, gq, 1e-2), device, f'{kind} preconditioned')
                 out.append(f"{kind} {tuple(s.shape)}")

@@ -8,11 +8,13 @@ from _util import lm, on, finite, untouched
 from interpkit.models import encode_left
 from interpkit.papers.orion import (DOMAINS, make_items, render, chat_prompt, prompt, answer_id, request_patch, last_logits, sweep, band_summary,
                                     injected, oversight, task_tokenizer, task_document, recall_document, load_task_lm, top_tokens, patch_report,
-                                    show_patch, plot_sweep, injection_tokenizer, injection_document, load_injection_lm)
+                                    show_patch, plot_sweep, injection_tokenizer, injection_document, load_injection_lm,
+                                    probability_kept, same_request_patch)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'Item': 'a value, made by make_items', 'Patched': 'made by request_patch', 'SweepResult': 'made by sweep', 'Band': 'made by band_summary',
     'PatchReport': 'made by patch_report', 'train_task_lm': 'trains its own model on the CPU (a short run is in tests/test_orion.py)', 'train_injection_lm': 'the same',
+    'Kept': 'made by probability_kept',
 }
 
 def checks(device, dtype):
@@ -44,6 +46,10 @@ def checks(device, dtype):
             res = sweep(m, tokenizer, items, ['resid_pre(0)', 'resid_post(0)', 'resid_post(-1)'], batch_size=3)
             finite(res.scores[['acc_r1c2', 'p_r1c2', 'p_ref']].to_numpy(copy=True), 'scores')
             b = band_summary(res, layers=[0])
+            kept = probability_kept(res, 'resid_post')
+            finite(kept.by_layer.select_dtypes('number').to_numpy(dtype=float, copy=True), 'probability kept')
+            ctl = same_request_patch(m, tokenizer, items, ['resid_post(0)'], batch_size=3)
+            finite(ctl.select_dtypes('number').to_numpy(dtype=float, copy=True), 'same-request control')
             plt.close(plot_sweep(res, 'code', 'resid_post').figure)
         assert len(res.survivors) >= len(items) // 2, res.base
         return f"{len(res.survivors)}/{len(items)} survive; R1(C2) after block 0: {b.by_layer.acc_r1c2[0]:.2f}"

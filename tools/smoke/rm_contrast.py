@@ -9,7 +9,11 @@ from interpkit.papers.rm_contrast import (RESPONSE_ATTRIBUTES, PLANTED, RM_ASSET
                                           local_sensitivity, representatives, perturbation_view, plot_sensitivity, demo_response, demo_prompt,
                                           attribute_levels, planted_reward, demo_comparisons, load_rm_demo)
 
-NOT_SMOKED = {'Span': 'made by Attribute.spans', 'Explanation': 'made by explain', 'RMDemo': 'made by load_rm_demo'}
+NOT_SMOKED = {'Span': 'made by Attribute.spans', 'Explanation': 'made by explain', 'RMDemo': 'made by load_rm_demo',
+              'representatives_null': 'shuffles an Explanation table (numpy)', 'lexicon_detector': 'a phrase match on strings',
+              'detector_shifts': 'calls a detector on strings; no model of the caller', 'revalidate': 'the same, on an Explanation table',
+              'detector_agreement': 'the same, on strings', 'demo_heldout': 'reads the shipped demo split',
+              'DescriptionDetector': 'runs the offline sentence encoder on the CPU (tests/test_rm_contrast.py)'}
 
 P, R = ['w1 w2', 'w3', 'w4 w5 w6'], ['w7 w8 w9', 'w10', 'w11']
 

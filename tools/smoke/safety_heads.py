@@ -7,7 +7,8 @@ from interpkit.papers.safety_heads import (chat_prompts, generate, refusal_rate,
                                            head_map)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
-    'requests': 'templated strings', 'is_refusal': 'a keyword match on strings',
+    'requests': 'templated strings', 'is_refusal': 'a keyword match on strings', 'replies_changed': 'compares strings',
+    'specificity': 'arithmetic on an AblationOutcomes table',
     'load_aligned_lm': 'loads SmolLM2 from disk (the tests check it); its merge is `merge_adapter`, smoked',
     'SaharaResult': 'made by sahara', 'HeadEffect': 'made by head_effect', 'AblationOutcomes': 'made by ablation_outcomes',
 }

@@ -55,12 +55,22 @@ def notebooks(paths):
     if paths: return [Path(p).resolve() for p in paths]
     return sorted(p for p in (ROOT/'nbs').rglob('*.ipynb') if not any(part.startswith(('.', '_')) for part in p.relative_to(ROOT/'nbs').parts))
 
+def print_drift(fresh:dict, committed:dict):
+    "Each claim of this run: its number, the committed one, their relative difference and the record's rtol (to measure an rtol across CPUs and seeds)."
+    for paper, claims in fresh.items():
+        for key, c in claims.items():
+            b = committed.get(paper, {}).get(key)
+            if b is None: continue
+            rel = abs(c.ours - b.ours) / max(abs(b.ours), 1e-12)
+            print(f"drift {paper}/{key}: {c.ours:.8g} vs {b.ours:.8g}: relative {rel:.2e} (rtol {b.rtol:g}{', OVER' if rel > b.rtol else ''})")
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('paths', nargs='*', help='notebooks to test (default: all)')
     ap.add_argument('--seed', type=int, default=None, help='run seed (default: a new one, printed)')
     ap.add_argument('--n_workers', type=int, default=2)
     ap.add_argument('--isa', choices=list(ISA), default='native', help="vector instructions torch, MKL and OpenBLAS may use (default: all the CPU has)")
+    ap.add_argument('--drift', action='store_true', help="print each recorded claim's relative change against its committed record, beside its rtol")
     ap.add_argument('--budget', type=float, default=120., help='seconds one notebook may take (0: no limit)')
     args = ap.parse_args(argv)
     run_seed = int(os.environ.get('NBTEST_SEED', random.SystemRandom().randrange(2**31))) if args.seed is None else args.seed
@@ -84,8 +94,9 @@ def main(argv=None):
     for f, (ok, secs, seed) in sorted(zip(files, results), key=lambda r: -r[1][1]):
         print(f"{secs:6.0f} s  {'ok  ' if ok else 'FAIL'}  seed {seed:>10}  {f.relative_to(ROOT) if f.is_relative_to(ROOT) else f}")
     print(f"nbtest: {len(files) - len(failed)}/{len(files)} passed in {time.time() - t0:.0f} s (run seed {run_seed})")
-    from interpkit.report import stale_claims
+    from interpkit.report import load_claims, stale_claims
     stale = stale_claims(records, ROOT/'nbs'/'_records')
+    if args.drift: print_drift(load_claims(records), load_claims(ROOT/'nbs'/'_records'))
     if stale: print('stale records of claims (the Reproduction report is built from them):', *stale, sep='\n  ', file=sys.stderr)
     if slow: print('over the budget of', args.budget, 's:', *[f'{f.name} ({s:.0f} s)' for f, s in slow], sep='\n  ', file=sys.stderr)
     if failed: print('failed:', *[f.name for f in failed], f'replay: make nbtest SEED={run_seed}', sep='\n  ', file=sys.stderr)

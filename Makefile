@@ -32,6 +32,7 @@ check: setup
 	$(PY) tools/checks.py imports
 	$(PY) tools/checks.py library
 	$(PY) tools/checks.py report
+	$(PY) tools/checks.py vocabulary
 	$(PY) tools/build_docs.py readme --check
 
 ## Every notebook from its own random state (a new run seed each time, printed; SEED=N replays a run), in a shuffled order, each within 120 s

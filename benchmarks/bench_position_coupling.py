@@ -10,7 +10,8 @@ that their verdicts agree problem by problem (the default cell, 9 digits x 6 ope
 """
 import argparse, time
 import torch
-from interpkit.papers.position_coupling import ADDER_RECIPES, evaluation_problems, exact_match, greedy_answer, load_adder
+from interpkit.papers.position_coupling import evaluation_problems, exact_match, greedy_answer
+from interpkit.demos.position_coupling import ADDER_RECIPES, load_adder
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser()

@@ -58,7 +58,9 @@ import numpy as np
 import torch
 from interpkit.hooks import linear_modules
 from interpkit.models import encode_queries, encode_texts, load_lm
-from interpkit.papers.trackstar import GradIndex, Projection, example_losses, fact_corpus, load_fact_lm, make_projection, scores
+from interpkit.papers.trackstar import GradIndex, example_losses, scores
+from interpkit.grads import Projection, make_projection
+from interpkit.demos.trackstar import fact_corpus, load_fact_lm
 from interpkit.data import shakespeare_docs
 
 HAVE_BERGSON = importlib.util.find_spec('bergson') is not None

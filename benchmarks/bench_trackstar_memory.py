@@ -16,14 +16,15 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 def worker(mode, batch, tokens):
     import torch
     torch.set_num_threads(1)
+    import interpkit.grads as grads
     import interpkit.papers.trackstar as ts
     from interpkit.data import shakespeare_docs
     from interpkit.models import encode_texts, load_lm
     lm, tok = load_lm()
     docs = [d.replace('\n', ' ') for d in shakespeare_docs(words=2 * tokens)[:batch]]
     b = encode_texts(tok, docs, max_len=tokens)
-    proj = ts.make_projection(ts.linear_modules(lm))
-    if mode == 'all-at-once': ts._root_site = lambda m: None
+    proj = grads.make_projection(grads.grad_modules(lm))
+    if mode == 'all-at-once': grads._root_site = lambda m: None   # without the engine's root site every layer's output gradient is kept to the end of the backward pass
     def run(x):
         if mode == 'forward':
             with torch.no_grad(): ts.example_losses(lm, x, batch_size=batch)

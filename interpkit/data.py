@@ -4,14 +4,14 @@
 
 # %% ../nbs/core/03_data.ipynb #5a623907
 from __future__ import annotations
-import configparser, functools, importlib.util, itertools, math, random, re, string
+import configparser, functools, importlib.util, itertools, math, random, re, string, warnings
 from dataclasses import dataclass
 from pathlib import Path
-import torch
+import torch, transformers
 from .errors import ConfigError, ModelNotAvailable, closest
 
 # %% auto #0
-__all__ = ['Split', 'digits', 'shakespeare_dir', 'shakespeare_texts', 'shakespeare_titles', 'shakespeare_docs', 'CharTokenizer',
+__all__ = ['Split', 'digits', 'shakespeare_dir', 'shakespeare_texts', 'shakespeare_titles', 'shakespeare_docs', 'char_tokenizer',
            'corpus', 'slots', 'fill']
 
 # %% ../nbs/core/03_data.ipynb #d83c67b9
@@ -96,12 +96,21 @@ def shakespeare_docs(words:int|None=256, # Least words per passage; None keeps e
     return docs
 
 # %% ../nbs/core/03_data.ipynb #5f6a09ed
-class CharTokenizer:
-    "Character-level tokenizer: ids are ASCII codes (others become '?'), id 0 is end-of-text."
-    vocab_size, eos_token_id, eos_token = 128, 0, '\x00'
-    def encode(self, text:str, **kwargs) -> list[int]: return [o if (o := ord(c)) < 128 else 63 for c in text]
-    def decode(self, ids, **kwargs) -> str: return ''.join(map(chr, torch.as_tensor(ids).flatten().tolist()))
-    def __call__(self, text:str) -> list[int]: return self.encode(text)
+def char_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    "A character-level `transformers` tokenizer: a character's id is its ASCII code (others become '?', 63); id 0 ('\\x00') is end-of-text."
+    from tokenizers import Regex, Tokenizer, decoders, models as tk_models, normalizers, pre_tokenizers
+    tk = Tokenizer(tk_models.WordLevel({chr(i): i for i in range(128)}, unk_token='?'))
+    tk.normalizer = normalizers.Replace(Regex(r'[^\x00-\x7F]'), '?')
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r'[\s\S]'), 'isolated')   # every character a word, newlines included
+    tk.decoder = decoders.Fuse()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token='\x00', clean_up_tokenization_spaces=False)
+
+# %% ../nbs/core/03_data.ipynb #47f6d7b6
+class CharTokenizer(transformers.PreTrainedTokenizerFast):
+    "Deprecated: `char_tokenizer()`, the same ids as a `transformers` tokenizer."
+    def __init__(self):
+        warnings.warn("CharTokenizer() is deprecated: use char_tokenizer(); the old name goes in the next release.", FutureWarning, stacklevel=2)
+        super().__init__(tokenizer_object=char_tokenizer().backend_tokenizer, eos_token='\x00', clean_up_tokenization_spaces=False)
     def __repr__(self): return 'CharTokenizer(vocab_size=128)'
 
 # %% ../nbs/core/03_data.ipynb #efc0df80
@@ -114,10 +123,10 @@ def _encoder(tokenizer):
         return enc
     if callable(tokenizer): return lambda text: list(tokenizer(text))
     raise ConfigError(f"tokenizer={type(tokenizer).__name__} has no `encode` method and is not callable.",
-                      "A `transformers` tokenizer, a `CharTokenizer`, or a function from text to token ids is valid.", "Pass one of those.")
+                      "A `transformers` tokenizer (e.g. `char_tokenizer()`), or a function from text to token ids is valid.", "Pass one of those.")
 
 def corpus(n_tokens:int, # Tokens wanted: the result holds n_tokens // block full blocks
-           tokenizer, # A `transformers` tokenizer, `CharTokenizer()`, or a function text -> ids
+           tokenizer, # A `transformers` tokenizer (e.g. `char_tokenizer()`), or a function text -> ids
            block:int=128, # Tokens per row
            seed:int=0, # Seed of the passage order
            words:int|None=256, # Least words per passage (see `shakespeare_docs`)

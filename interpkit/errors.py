@@ -4,12 +4,13 @@
 
 # %% ../nbs/core/00_errors.ipynb #c0bd3632
 from __future__ import annotations
-import difflib, importlib.util
-from collections.abc import Iterable
+import difflib, functools, importlib, importlib.util, math, numbers, warnings
+from collections.abc import Callable, Iterable
 
 # %% auto #0
 __all__ = ['EXTRAS', 'closest', 'InterpkitError', 'SiteError', 'ShapeError', 'ModelNotAvailable', 'ConfigError', 'NotFiniteError',
-           'AssetNotFound', 'MissingExtra', 'check_choice', 'check_finite', 'require_extra']
+           'AssetNotFound', 'MissingExtra', 'check_choice', 'check_finite', 'check_int', 'check_fraction', 'renamed',
+           'moved', 'require_extra']
 
 # %% ../nbs/core/00_errors.ipynb #df303d3b
 def closest(name:str, # What the user asked for
@@ -79,6 +80,63 @@ def check_finite(name:str, # What the tensor is
         raise NotFiniteError(f"{name} has {n} non-finite value(s) out of {t.numel()}.", "Finite values are required.",
                              "Check the inputs and the model's dtype (float16 overflows easily).")
     return t
+
+# %% ../nbs/core/00_errors.ipynb #304716d4
+def check_int(name:str, # The argument's name
+              value, # What was given
+              least:int=1, # The smallest valid value
+              most:int|None=None, # The largest valid value; None: no bound
+              todo:str='' # What to do, for the message
+             ) -> int:
+    "Return `value` as an `int` if it is an integer (not a bool) from `least` to `most`; raise `ConfigError` otherwise."
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not ok or value < least or (most is not None and value > most):
+        span = f"an integer >= {least}" if most is None else f"an integer from {least} to {most}"
+        raise ConfigError(f"{name}={value!r} is not valid.", f"{name} must be {span}.", todo)
+    return int(value)
+
+# %% ../nbs/core/00_errors.ipynb #a4e791ac
+def check_fraction(name:str, # The argument's name
+                   value, # What was given
+                   zero:bool=True, # Whether 0 is valid
+                   one:bool=True, # Whether 1 is valid
+                   todo:str='' # What to do, for the message
+                  ) -> float:
+    "Return `value` as a `float` if it is a real number in [0, 1] (ends included as `zero` and `one` say); raise `ConfigError` otherwise."
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+    if not ok or value < 0 or value > 1 or (value == 0 and not zero) or (value == 1 and not one):
+        span = f"{'[' if zero else '('}0, 1{']' if one else ')'}"
+        raise ConfigError(f"{name}={value!r} is not valid.", f"{name} must be a fraction in {span}.", todo)
+    return float(value)
+
+# %% ../nbs/core/00_errors.ipynb #1e6da9ef
+def renamed(**old_to_new:str # Old keyword name = new keyword name
+           ) -> Callable:
+    "Decorator: keyword arguments passed under an old name reach their new name, with a `FutureWarning`."
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            for old, new in old_to_new.items():
+                if old not in kwargs: continue
+                if new in kwargs: raise ConfigError(f"{f.__qualname__} got both {old}= and {new}=.", f"{old} is the old name of {new}.", f"Pass only {new}=.")
+                warnings.warn(f"{f.__qualname__}: the argument {old}= is now called {new}=; the old name goes in the next release.", FutureWarning, stacklevel=2)
+                kwargs[new] = kwargs.pop(old)
+            return f(*args, **kwargs)
+        wrapper.renamed_args = dict(old_to_new)
+        return wrapper
+    return deco
+
+# %% ../nbs/core/00_errors.ipynb #40c21425
+def moved(module:str, # The module the names were in: pass `__name__`
+          **old_to_new:str # Old name = new name, or 'package.module.name' for one that moved to another module
+         ) -> Callable:
+    "A module `__getattr__` under which each old name resolves to its new one, with a `FutureWarning`."
+    def __getattr__(name:str):
+        if name not in old_to_new: raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        where, _, new = old_to_new[name].rpartition('.')
+        warnings.warn(f"{module}.{name} is now {where or module}.{new}; the old name goes in the next release.", FutureWarning, stacklevel=2)
+        return getattr(importlib.import_module(where or module), new)
+    return __getattr__
 
 # %% ../nbs/core/00_errors.ipynb #c40316ad
 EXTRAS = {'graph': ('torch_geometric', 'networkx'), 'diffusion': ('diffusers',), 'influence': ('curvlinops', 'diffusers', 'bm25s'),

@@ -4,18 +4,19 @@
 
 # %% ../nbs/core/01_models.ipynb #a1e0e29d
 from __future__ import annotations
-import contextlib, copy, importlib.util, inspect, itertools, os, re, shutil, tempfile, functools
+import contextlib, copy, importlib.util, inspect, itertools, os, re, shutil, string, tempfile, functools, warnings
 from collections.abc import Mapping
 from pathlib import Path
 import torch, transformers
 from torch import nn
-from .errors import ConfigError, ModelNotAvailable, ShapeError, check_choice, closest
+from .errors import ConfigError, ModelNotAvailable, NotFiniteError, ShapeError, check_choice, check_int, closest
 
 # %% auto #0
-__all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'tiny_tokenizer', 'model_device',
-           'model_dtype', 'to_model', 'logits_of', 'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm',
-           'pad_id', 'padding', 'mask_positions', 'encode_left', 'pad_right', 'WordTokenizer', 'encode_texts',
-           'encode_queries', 'check_batch_size', 'iter_batches', 'chat_replies', 'chat', 'prefix_step', 'load_encoder',
+__all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'word_vocab', 'word_tokenizer',
+           'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'logits_at', 'cache_dir',
+           'load_lm', 'evaluating', 'check_causal_lm', 'resolve_lm', 'pad_id', 'padding', 'mask_positions',
+           'encode_left', 'pad_right', 'pad_left', 'encode_texts', 'encode_queries', 'check_batch', 'check_batch_size',
+           'iter_batches', 'chat_text', 'generate_greedy', 'chat_replies', 'chat', 'prefix_step', 'load_encoder',
            'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
@@ -75,17 +76,79 @@ def tiny_lm(arch:str='llama', # One of `TINY_ARCHS`: a causal LM, or a masked LM
         model = cls(cfg) if arch == 'bert' else cls.from_config(cfg)
     return model.eval()
 
+# %% ../nbs/core/01_models.ipynb #adba2a56
+_WORDS = r"\w+|[^\w\s]"  # a run of word characters, or one character that is neither a word character nor a space
+
+def _pre_tokenizer(split):
+    "The `tokenizers` pre-tokenizer that `split` names ('words' or 'whitespace'), or `split` itself if it is one."
+    from tokenizers import Regex, pre_tokenizers as pt
+    if isinstance(split, pt.PreTokenizer): return split
+    check_choice('split', split, ('words', 'whitespace'))
+    if split == 'whitespace': return pt.Whitespace()
+    return pt.Sequence([pt.Split(Regex(r'\s+'), 'removed'), pt.Split(Regex(_WORDS), 'isolated')])
+
+def word_vocab(texts:list[str], # Texts whose words make the vocabulary
+               specials:list[str]=('<pad>', '<s>', '<unk>'), # Special tokens, first (ids 0, 1, ...)
+               split='words' # What a word is: 'words', 'whitespace' or a `tokenizers` pre-tokenizer (see `word_tokenizer`)
+              ) -> list[str]: # `specials`, then every other word of `texts` once, in sorted order
+    "The vocabulary of `texts` for `word_tokenizer`: the special tokens, then the words in sorted order."
+    if isinstance(texts, str): raise ConfigError("word_vocab got one string.", "A list of texts.", f"Wrap it in a list: [{texts[:40]!r}].")
+    pre = _pre_tokenizer(split)
+    words = {w for t in texts for w, _ in pre.pre_tokenize_str(t)}
+    return list(specials) + sorted(words - set(specials))
+
+def word_tokenizer(vocab:list[str], # Tokens in id order, e.g. from `word_vocab`
+                   split='words', # What a word is: 'words' (regex \w+|[^\w\s]), 'whitespace' (`tokenizers`' Whitespace) or a `tokenizers` pre-tokenizer
+                   pad:str|None='<pad>', # Padding token; None: none (`pad_id` then falls back on `eos`)
+                   bos:str|None='<s>', # Token put in front of each text by `encode_texts` and `encode_queries`; None: none
+                   unk:str='<unk>', # Token of the words not in `vocab`
+                   eos:str|None=None, # End-of-sequence token (generation stops there); None: none
+                   specials:list[str]=(), # More special tokens (dropped by `decode(..., skip_special_tokens=True)`)
+                   fuse:bool=False # Decode without spaces between the tokens
+                  ) -> transformers.PreTrainedTokenizerFast:
+    "A word-level `transformers` tokenizer on `tokenizers`' WordLevel model: a word's id is its position in `vocab`; it adds no special token by itself."
+    from tokenizers import Tokenizer, decoders, models as tk_models
+    vocab = [vocab] if isinstance(vocab, str) else list(vocab)
+    twice = sorted({w for w in vocab if vocab.count(w) > 1}) if len(set(vocab)) < len(vocab) else []
+    if not vocab or twice: raise ConfigError(f"A vocabulary of {len(vocab)} tokens" + (f" with {twice[:5]} twice." if twice else '.'), "A non-empty list of distinct tokens.", "Make it with word_vocab(texts).")
+    named = {'pad': pad, 'bos': bos, 'unk': unk, 'eos': eos, **{f'specials[{i}]': s for i, s in enumerate(specials)}}
+    missing = {k: v for k, v in named.items() if (v is None and k == 'unk') or (v is not None and v not in vocab)}
+    if missing: raise ConfigError(f"Special tokens not in the vocabulary: {missing}.", "Every special token, and an unk token, is a token of vocab.",
+                                  "Put them first, e.g. word_vocab(texts, specials=[...]), or pass None for those you do not want.")
+    tk = Tokenizer(tk_models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token=unk))
+    tk.pre_tokenizer = _pre_tokenizer(split)
+    if fuse: tk.decoder = decoders.Fuse()
+    kw = {f'{k}_token': v for k, v in named.items() if k in ('pad', 'bos', 'unk', 'eos') and v is not None}
+    if len(specials): kw['additional_special_tokens'] = list(specials)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tk, clean_up_tokenization_spaces=False, **kw)
+
+# %% ../nbs/core/01_models.ipynb #f8ee3ff0
+class WordTokenizer(transformers.PreTrainedTokenizerFast):
+    "Deprecated: `word_tokenizer(vocab)`, and `word_tokenizer(word_vocab(texts))` for `WordTokenizer.fit(texts)`; the old attributes stay for one release."
+    SPECIAL = ['<pad>', '<s>', '<unk>']
+    def __init__(self, vocab:list[str]):
+        warnings.warn("WordTokenizer is deprecated: use word_tokenizer(vocab), or word_tokenizer(word_vocab(texts)) for WordTokenizer.fit(texts); "
+                      "the old name goes in the next release.", FutureWarning, stacklevel=2)
+        self._words = list(vocab)
+        super().__init__(tokenizer_object=word_tokenizer(self._words).backend_tokenizer, pad_token='<pad>', bos_token='<s>', unk_token='<unk>', clean_up_tokenization_spaces=False)
+    @classmethod
+    def fit(cls, texts:list[str]) -> WordTokenizer: return cls(word_vocab(texts, cls.SPECIAL))
+    @staticmethod
+    def split(text:str) -> list[str]: return re.findall(_WORDS, text)
+    @property
+    def vocab(self) -> list[str]: return list(self._words)
+    @property
+    def ids(self) -> dict: return self.get_vocab()
+    def decode(self, ids, **kwargs) -> str: return ' '.join(self._words[i] for i in torch.as_tensor(ids).flatten().tolist() if i > 1)
+    def __repr__(self): return f"WordTokenizer(vocab_size={self.vocab_size})"
+
 # %% ../nbs/core/01_models.ipynb #0e794277
 def tiny_tokenizer(vocab_size:int=128 # Size of the vocabulary, as the tiny model's
                   ) -> transformers.PreTrainedTokenizerFast:
     "A word-level tokenizer of `vocab_size` tokens ('<unk>', '<eos>', 'user', 'assistant', 'system', 'w0', 'w1', ...) with a chat template and no pad token."
-    from tokenizers import Tokenizer, models as tk_models, pre_tokenizers
     special = ['<unk>', '<eos>', 'user', 'assistant', 'system']
     if vocab_size <= len(special): raise ConfigError(f"vocab_size={vocab_size}.", f"More than {len(special)} (the special tokens and roles).", "Use e.g. 128.")
-    vocab = {w: i for i, w in enumerate(special + [f'w{i}' for i in range(vocab_size - len(special))])}
-    tk = Tokenizer(tk_models.WordLevel(vocab, unk_token='<unk>'))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token='<unk>', eos_token='<eos>', bos_token='<eos>')
+    tok = word_tokenizer(special + [f'w{i}' for i in range(vocab_size - len(special))], 'whitespace', pad=None, bos='<eos>', unk='<unk>', eos='<eos>')
     tok.chat_template = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eos> {% endfor %}{% if add_generation_prompt %}assistant {% endif %}"
     return tok
 
@@ -145,14 +208,23 @@ def _takes_logits_to_keep(model) -> bool:
     try: return 'logits_to_keep' in inspect.signature(getattr(model, 'forward', model)).parameters
     except (TypeError, ValueError): return False
 
+def _no_cache(model, inputs:dict) -> dict:
+    "`inputs` with `use_cache=False` where the model's forward takes it and the caller did not say: a forward for its logits keeps no key-value cache."
+    try: takes = 'use_cache' in inspect.signature(getattr(model, 'forward', model)).parameters
+    except (TypeError, ValueError): takes = False
+    return {**inputs, 'use_cache': False} if takes and 'use_cache' not in inputs else inputs
+
 def logits_at(model, # A causal LM, or any callable that returns logits of shape (batch, pos, vocab)
               inputs:dict, # Its keyword inputs (input_ids, attention_mask, ...), on its device
-              positions # Positions shared by every row: a 1-D tensor or list of indices, or an int k for the last k; or a (batch, pos) boolean mask
-             ) -> torch.Tensor: # (batch, number of positions, vocab); for a mask, (number of True entries, vocab) in row-major order
-    "The logits at `positions` only: the vocabulary projection runs there alone where the model takes `logits_to_keep` or has output embeddings, else the full logits are sliced."
-    if torch.is_tensor(positions) and positions.dtype == torch.bool: return _logits_where(model, inputs, positions)
-    if isinstance(positions, bool) or (isinstance(positions, int) and positions < 1):
-        raise ConfigError(f"positions={positions!r}.", "A positive int k (the last k positions) or a list of indices.", "E.g. positions=1 for the last position only.")
+              positions # Positions shared by every row: a 1-D tensor or list of indices; an int k > 0 for the last k; an int -j for position -j alone; or a (batch, pos) boolean mask
+             ) -> torch.Tensor: # (batch, number of positions, vocab); for -j, (batch, vocab); for a mask, (number of True entries, vocab) in row-major order
+    "The logits at `positions` only: the vocabulary projection runs there alone where the model takes `logits_to_keep` or has output embeddings, else the full logits are sliced; no key-value cache is kept."
+    if torch.is_tensor(positions) and positions.dtype == torch.bool: return _logits_where(model, _no_cache(model, inputs), positions)
+    if isinstance(positions, bool) or (isinstance(positions, int) and positions == 0):
+        raise ConfigError(f"positions={positions!r}.", "A positive int k (the last k positions), a negative int -j (position -j alone, as in logits[:, -j]) or a list of indices.",
+                          "E.g. positions=-1 for the last position's (batch, vocab) logits.")
+    if isinstance(positions, int) and positions < 0: return logits_at(model, inputs, -positions)[:, 0].contiguous()   # the first of the last j
+    inputs = _no_cache(model, inputs)
     if not isinstance(positions, int):
         positions = torch.as_tensor(positions, dtype=torch.long)
         if positions.dim() != 1 or not positions.numel(): raise ShapeError(f"positions of shape {tuple(positions.shape)}.", "A non-empty 1-D list of indices.", "Pass e.g. [3, 4, 5].")
@@ -162,7 +234,7 @@ def logits_at(model, # A causal LM, or any callable that returns logits of shape
     pick = lambda a: a[:, -positions:] if isinstance(positions, int) else a[:, positions.to(a.device)]
     get = getattr(model, 'get_output_embeddings', None)
     proj = get() if callable(get) else None
-    if not isinstance(proj, nn.Module): return pick(logits_of(model(**inputs)))
+    if not isinstance(proj, nn.Module): return pick(logits_of(model(**inputs))).contiguous()   # a copy: the other positions' logits can go
     cut = []
     def cut_input(module, args):   # the projection's input (batch, pos, d), cut to the positions on its way in
         if args and torch.is_tensor(args[0]) and args[0].dim() == 3: cut.append(True); return (pick(args[0]), *args[1:])
@@ -278,6 +350,7 @@ def _devices(model) -> set:
     "The devices a model's weights are spread over by a `device_map` (empty if it has none)."
     return set(map(str, (getattr(model, 'hf_device_map', None) or {}).values()))
 
+# %% ../nbs/core/01_models.ipynb #8972ac1c
 def _resolve(model, # Short name, hub id, local path, or a loaded `nn.Module`
              tokenizer, # Tokenizer, its name, or None
              known:dict, # Short names of this kind of model
@@ -370,6 +443,16 @@ def check_causal_lm(model, # The model a method was given
                               "Load one with `load_lm(...)` or `AutoModelForCausalLM.from_pretrained(...)`.")
     return model
 
+# %% ../nbs/core/01_models.ipynb #3382160d
+def resolve_lm(model, # A causal LM, or its short name, hub id or local path
+               tokenizer=None, # Its tokenizer, or the tokenizer's name; None: the model's own (needed with a model object)
+               what:str='this method' # Who asks, for the messages
+              ) -> tuple: # `(model, tokenizer)`
+    "A causal LM and its tokenizer from names or objects: a name is loaded with `load_lm`, a model object passes through unchanged and needs its tokenizer."
+    model, tokenizer = load_lm(model, tokenizer=tokenizer)
+    if tokenizer is None: raise ConfigError(f"{what} got a {type(model).__name__} object but no tokenizer.", "The tokenizer the model was trained with.", "Pass tokenizer=..., or give the model by name.")
+    return check_causal_lm(model, what), tokenizer
+
 # %% ../nbs/core/01_models.ipynb #c4babf04
 def pad_id(tokenizer # A tokenizer
           ) -> int:
@@ -432,22 +515,20 @@ def pad_right(rows:list, # Token id lists, one per sequence
         ids[i, :len(r)] = torch.tensor(r, dtype=torch.long); lab[i, :len(l)] = torch.tensor(l, dtype=torch.long); mask[i, :len(r)] = 1
     return dict(input_ids=ids, attention_mask=mask, labels=lab)
 
-# %% ../nbs/core/01_models.ipynb #bbb1a7f3
-class WordTokenizer:
-    "Words and punctuation as tokens; id 0 is padding, 1 begins a text, 2 is unknown."
-    SPECIAL = ['<pad>', '<s>', '<unk>']
-    def __init__(self, vocab:list[str]): self.vocab = list(vocab); self.ids = {w: i for i, w in enumerate(self.vocab)}
-    @classmethod
-    def fit(cls, texts:list[str]) -> WordTokenizer: return cls(cls.SPECIAL + sorted({w for t in texts for w in cls.split(t)}))
-    @staticmethod
-    def split(text:str) -> list[str]: return re.findall(r"\w+|[^\w\s]", text)
-    @property
-    def vocab_size(self) -> int: return len(self.vocab)
-    bos_token_id, pad_token_id = 1, 0
-    def encode(self, text:str, add_special_tokens:bool=False) -> list[int]: return [self.ids.get(w, 2) for w in self.split(text)]
-    def decode(self, ids) -> str: return ' '.join(self.vocab[i] for i in torch.as_tensor(ids).flatten().tolist() if i > 1)
-    def __repr__(self): return f"WordTokenizer(vocab_size={self.vocab_size})"
+# %% ../nbs/core/01_models.ipynb #6e2cd2be
+def pad_left(rows:list, # Token id lists, one per prompt; none empty
+             pad_id:int, # Id put on the padding
+             position_ids:bool=True # Also return position ids that skip the padding
+            ) -> dict: # input_ids, attention_mask (and position_ids) of shape (batch, longest prompt)
+    "Left-padded batch of token id lists: every row ends at its last real token."
+    if not len(rows) or any(len(r) == 0 for r in rows):
+        raise ConfigError(f"pad_left got {'no rows' if not len(rows) else 'an empty row'}.", "A non-empty list of non-empty token id lists.", "Drop the empty prompts.")
+    pad = lambda xs, v: torch.nn.utils.rnn.pad_sequence(xs, batch_first=True, padding_value=v, padding_side='left')
+    ids = pad([torch.as_tensor(list(r), dtype=torch.long) for r in rows], pad_id)
+    mask = pad([torch.ones(len(r), dtype=torch.long) for r in rows], 0)
+    return dict(input_ids=ids, attention_mask=mask, **({'position_ids': mask_positions(mask)} if position_ids else {}))
 
+# %% ../nbs/core/01_models.ipynb #bbb1a7f3
 def _enc(tokenizer, text):
     try: return list(tokenizer.encode(text, add_special_tokens=False))
     except TypeError: return list(tokenizer.encode(text))
@@ -456,9 +537,8 @@ def _bos(tokenizer):
     b = getattr(tokenizer, 'bos_token_id', None)
     return [b] if b is not None else []
 
-
 # %% ../nbs/core/01_models.ipynb #25468a1c
-def encode_texts(tokenizer, # A tokenizer with `encode` (a `transformers` tokenizer, `WordTokenizer`)
+def encode_texts(tokenizer, # A tokenizer with `encode` (a `word_tokenizer`, any `transformers` tokenizer)
                  texts:list[str], # Training texts
                  max_len:int|None=None # Truncate to this many tokens
                 ) -> dict: # input_ids, attention_mask, labels (right-padded with `pad_id(tokenizer)`), on the CPU
@@ -481,13 +561,48 @@ def encode_queries(tokenizer, # A tokenizer with `encode`
         rows.append(full); labs.append([-100] * len(a) + full[len(a):])
     return pad_right(rows, pad_id(tokenizer), labs)
 
+# %% ../nbs/core/01_models.ipynb #a14f014a
+def check_batch(batch, # Model inputs: a dict or `BatchEncoding` with input_ids (batch, pos), and optionally attention_mask, position_ids, labels
+                what:str='batch', # What the batch is, for the messages (e.g. 'the forget data')
+                min_len:int=1, # Fewest positions a row needs
+                need_labels:bool=False, # Require labels with at least one labelled token (not -100)
+                left_padded:bool=False, # Require every row's last position to be a real token (prompts whose last position is read)
+                complete:bool=False, # Add the missing attention_mask (ones) and position_ids (counted from each row's first real token)
+                todo:str='Encode it with `encode_left`, `encode_texts` or `encode_queries`.' # What to do, for the messages
+               ) -> dict: # The batch as a plain dict of the same tensors (completed if asked)
+    "Check that `batch` holds model inputs of one shape, no row all padding; raise `ShapeError` (`ConfigError` when no token is labelled) saying what is wrong."
+    ids = batch.get('input_ids') if isinstance(batch, Mapping) else None
+    ints = lambda t: torch.is_tensor(t) and not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+    if not (ints(ids) and ids.dim() == 2 and ids.shape[0] >= 1 and ids.shape[1] >= min_len):
+        got = (f"a {type(ids).__name__}" if not torch.is_tensor(ids) else f"a {ids.dtype} tensor of shape {tuple(ids.shape)}") if isinstance(batch, Mapping) else None
+        raise ShapeError(f"{what} is a {type(batch).__name__}" + (f" whose input_ids is {got}." if got else '.'),
+                         f"A dict with input_ids, an integer tensor (batch >= 1, pos >= {min_len}), and optionally attention_mask, position_ids and labels of its shape.", todo)
+    out = dict(batch)
+    for k in ('attention_mask', 'position_ids', 'labels'):
+        v = out.get(k)
+        if v is not None and not (torch.is_tensor(v) and tuple(v.shape) == tuple(ids.shape) and (k == 'attention_mask' or ints(v))):
+            given = f"a {v.dtype} tensor of shape {tuple(v.shape)}" if torch.is_tensor(v) else f"a {type(v).__name__}"
+            raise ShapeError(f"{what}[{k!r}] is {given}; input_ids has shape {tuple(ids.shape)}.", f"One {'0/1' if k == 'attention_mask' else 'integer'} value per token: the shape of input_ids.", todo)
+    mask = out.get('attention_mask')
+    if mask is not None:
+        real = mask != 0
+        if not real.any(1).all(): raise ShapeError(f"Rows {(~real.any(1)).nonzero()[:, 0].tolist()} of {what} are all padding.", "At least one real token per row (a fully masked row gives NaN).", "Drop the empty rows.")
+        if left_padded and not real[:, -1].all():
+            raise ShapeError(f"The last position of {what} is padding in rows {(~real[:, -1]).nonzero()[:, 0].tolist()}.", "Every row ends on its last real token (left padding): its prediction is read there.",
+                             "Encode the prompts with `encode_left(tokenizer, prompts)`.")
+    if need_labels:
+        if out.get('labels') is None: raise ShapeError(f"{what} has no labels.", "A dict with input_ids and labels (-100 where no loss), e.g. from `encode_queries`.", todo)
+        if not (out['labels'] != -100).any(): raise ConfigError(f"{what} has no labelled token: every label is -100.", "At least one token with a loss.", "Check the data (an empty split?).")
+    if complete:
+        if mask is None: out['attention_mask'] = mask = torch.ones_like(ids)
+        if out.get('position_ids') is None: out['position_ids'] = mask_positions(mask)
+    return out
+
 # %% ../nbs/core/01_models.ipynb #572f39c7
 def check_batch_size(batch_size # What was given
                     ) -> int:
     "Return `batch_size` if it is a positive integer; raise `ConfigError` otherwise."
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"batch_size={batch_size!r} is not a positive integer.", "The number of rows per forward pass: 1 or more.", "Use e.g. batch_size=32 (smaller if memory runs out).")
-    return batch_size
+    return check_int('batch_size', batch_size, 1, todo="It counts the rows per forward pass, so what is not a positive integer fails: use e.g. batch_size=32 (smaller if memory runs out).")
 
 def iter_batches(data, # A tensor, a dict of tensors sharing their first dimension (other values are repeated), or a list
                  batch_size:int # Rows per chunk
@@ -502,6 +617,88 @@ def iter_batches(data, # A tensor, a dict of tensors sharing their first dimensi
     else:
         for i in range(0, len(data), batch_size): yield data[i:i+batch_size]
 
+# %% ../nbs/core/01_models.ipynb #f01aed09
+def chat_text(tokenizer, # A tokenizer, with a chat template or without
+              user, # The user's message, or a conversation: a list of {'role':..., 'content':...} dicts (needs a chat template)
+              reply:str|None=None, # The assistant's reply; None: the text ends where the reply starts (the generation prompt)
+              fallback:str|None='User: {user}\nAssistant: ' # Without a chat template: the user turn as this format (field {user}), `reply` after it; None: raise
+             ) -> str:
+    "One user turn under `tokenizer`'s chat template, ending where the assistant's reply starts, or the whole exchange with `reply`; the plain `fallback` without a template."
+    if isinstance(user, Mapping) or not isinstance(user, (str, list, tuple)):
+        raise ConfigError(f"user is a {type(user).__name__}.", "A message (str), or a conversation (a list of {'role':..., 'content':...} dicts).", "Wrap one message dict in a list.")
+    if getattr(tokenizer, 'chat_template', None) is None:
+        if fallback is None or not isinstance(user, str):
+            raise ConfigError(f"Tokenizer {type(tokenizer).__name__} has no chat template" + (" to format a conversation." if fallback is not None else '.'),
+                              "A chat (instruct) model's tokenizer, or a plain fallback format for one message.", "Use an instruct model's tokenizer, or plain prompts.")
+        fields = [f for _, f, _, _ in string.Formatter().parse(fallback) if f is not None]
+        if fields != ['user']: raise ConfigError(f"fallback={fallback!r} has the fields {fields}.", "Exactly one field, {user}.", "E.g. fallback='{user}\\n'.")
+        return fallback.format(user=user) + (reply or '')
+    msgs = [{'role': 'user', 'content': user}] if isinstance(user, str) else list(user)
+    if reply is None: return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(msgs + [{'role': 'assistant', 'content': reply}], tokenize=False)
+
+# %% ../nbs/core/01_models.ipynb #938aaf49
+class _FiniteScores(transformers.LogitsProcessor):
+    "Flags the rows whose next-token scores hold a NaN or +inf, or are all -inf, while they are still generated."
+    def __init__(self, n:int, start:int, stop:list): self.bad, self.start, self.stop = torch.zeros(n, dtype=torch.bool), start, torch.tensor(stop or [-1])
+    def __call__(self, input_ids, scores):
+        bad = scores.isnan().any(-1) | scores.isposinf().any(-1) | scores.isneginf().all(-1)
+        done = torch.isin(input_ids[:, self.start:], self.stop.to(input_ids.device)).any(-1)   # a finished row is padded from then on
+        self.bad |= (bad & ~done).cpu()
+        return scores
+
+def _stop_ids(model, tokenizer) -> list[int]:
+    "The end-of-sequence ids: the model's generation config's and the tokenizer's."
+    out = []
+    for v in (getattr(getattr(model, 'generation_config', None), 'eos_token_id', None), getattr(tokenizer, 'eos_token_id', None)):
+        out += [v] if isinstance(v, int) else list(v or [])
+    return sorted(set(out))
+
+def _generate(model, tokenizer, texts:list, max_new_tokens:int, batch_size:int, what:str, **kwargs) -> list[str]:
+    "The new text after each of `texts`, by `model.generate` in left-padded batches; a row with non-finite scores is generated again alone, then raises."
+    check_causal_lm(model, what); check_batch_size(batch_size); check_int('max_new_tokens', max_new_tokens, todo='Use e.g. max_new_tokens=32.')
+    if isinstance(texts, (str, Mapping)) or not len(texts) or not all(isinstance(t, str) for t in texts):
+        raise ConfigError(f"{what} got {'a single ' + type(texts).__name__ if isinstance(texts, (str, Mapping)) else 'no prompts' if not len(texts) else 'prompts that are not all strings'}.",
+                          "A non-empty list of prompts (strings).", "Wrap one prompt in a list: [prompt].")
+    if not callable(getattr(model, 'generate', None)): raise ConfigError(f"{type(model).__name__} has no `generate` method.", "A `transformers` causal LM.", "Load one with `load_lm`.")
+    stop, saved = _stop_ids(model, tokenizer), copy.deepcopy(getattr(model, 'generation_config', None))
+    if saved is None:   # generate needs one: the model config's settings, for the call only
+        cfg = getattr(model, 'config', None)
+        model.generation_config = transformers.GenerationConfig.from_model_config(cfg) if cfg is not None else transformers.GenerationConfig()
+    def run(chunk):
+        enc = to_model(model, encode_left(tokenizer, chunk, position_ids=False))
+        n, check = enc['input_ids'].shape[1], _FiniteScores(len(chunk), enc['input_ids'].shape[1], stop)
+        g = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id(tokenizer), eos_token_id=stop or None,
+                           logits_processor=transformers.LogitsProcessorList([check]), **kwargs)
+        return tokenizer.batch_decode(g[:, n:], skip_special_tokens=True), check.bad
+    out = []
+    try:
+        with evaluating(model), torch.no_grad():
+            for first, chunk in zip(range(0, len(texts), batch_size), iter_batches(list(texts), batch_size)):
+                replies, bad = run(chunk)
+                for i in bad.nonzero()[:, 0].tolist():   # alone: no padding
+                    (replies[i],), still = run([chunk[i]])
+                    if still.any(): raise NotFiniteError(f"The model's next-token logits for prompt {first + i} ({chunk[i][:60]!r}) are not finite (NaN or inf).", "Replies come from finite logits only.",
+                                                         "Check the model's weights for NaN and its dtype (float16 overflows easily: try float32).")
+                out += replies
+    finally: model.generation_config = saved
+    return out
+
+# %% ../nbs/core/01_models.ipynb #5464e602
+_SAMPLING = ('do_sample', 'temperature', 'top_p', 'top_k', 'min_p', 'typical_p', 'num_beams')
+
+def generate_greedy(model, # A causal LM (`transformers`)
+                    tokenizer, # Its tokenizer (one without a pad token pads with its end-of-sequence token)
+                    prompts:list[str], # Prompts, already formatted (e.g. by `chat_text`); no special tokens are added
+                    max_new_tokens:int=64, # Most tokens per reply
+                    batch_size:int=8, # Prompts per `generate` call (left-padded)
+                    **generate_kwargs # Passed on to `model.generate` (e.g. repetition_penalty), but no sampling or beam setting
+                   ) -> list[str]: # The generated text only (special tokens dropped), in the order of `prompts`
+    "Greedy continuations of `prompts` in left-padded batches, each to an end-of-sequence token, from finite logits only; the model and the tokenizer are left as they were."
+    if given := [k for k in _SAMPLING if k in generate_kwargs]:
+        raise ConfigError(f"generate_greedy got {', '.join(given)}.", "Greedy decoding: one most likely token at each step.", "Call model.generate for sampling or beam search, or chat_replies(..., do_sample=True).")
+    return _generate(model, tokenizer, prompts, max_new_tokens, batch_size, 'generate_greedy', do_sample=False, temperature=None, top_p=None, top_k=None, **generate_kwargs)
+
 # %% ../nbs/core/01_models.ipynb #b4247157
 def chat_replies(model, # A causal LM
                  tokenizer, # Its tokenizer, with a chat template
@@ -512,26 +709,12 @@ def chat_replies(model, # A causal LM
                 ) -> list[str]: # The generated replies only, in the order of `conversations`
     "The model's replies to `conversations` under its chat template, in left-padded batches, greedy by default; the model is left as it was."
     check_causal_lm(model, 'chat_replies')
-    check_batch_size(batch_size)
     if isinstance(conversations, (str, Mapping)) or not len(conversations):
         raise ConfigError(f"chat_replies got {'a single ' + type(conversations).__name__ if isinstance(conversations, (str, Mapping)) else 'no conversations'}.",
                           "A non-empty list of user messages or of conversations.", "Wrap one message in a list: [message].")
-    if getattr(tokenizer, 'chat_template', None) is None:
-        raise ConfigError(f"Tokenizer {type(tokenizer).__name__} has no chat template.", "chat_replies needs an instruct model's tokenizer.", "Use an instruct model, or call model.generate on plain text.")
-    if not callable(getattr(model, 'generate', None)): raise ConfigError(f"{type(model).__name__} has no `generate` method.", "A `transformers` causal LM.", "Load one with `load_lm`.")
-    texts = [tokenizer.apply_chat_template([{'role': 'user', 'content': c}] if isinstance(c, str) else list(c), tokenize=False, add_generation_prompt=True)
-             for c in conversations]
-    generate_kwargs.setdefault('do_sample', False)
-    if not generate_kwargs['do_sample']: generate_kwargs.update(temperature=None, top_p=None, top_k=None)  # silence sampling settings
-    out, saved = [], copy.deepcopy(model.generation_config)
-    try:
-        with evaluating(model), torch.no_grad():
-            for chunk in iter_batches(texts, batch_size):
-                enc = to_model(model, encode_left(tokenizer, chunk, position_ids=False))
-                g = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id(tokenizer), **generate_kwargs)
-                out += tokenizer.batch_decode(g[:, enc['input_ids'].shape[1]:], skip_special_tokens=True)
-    finally: model.generation_config = saved
-    return out
+    texts = [chat_text(tokenizer, c, fallback=None) for c in conversations]
+    if generate_kwargs.get('do_sample'): return _generate(model, tokenizer, texts, max_new_tokens, batch_size, 'chat_replies', **generate_kwargs)
+    return generate_greedy(model, tokenizer, texts, max_new_tokens, batch_size, **{k: v for k, v in generate_kwargs.items() if k not in _SAMPLING})
 
 def chat(model, # A causal LM
          tokenizer, # Its tokenizer, with a chat template
@@ -581,14 +764,24 @@ def load_encoder(name='all-minilm-l6-v2', # Short name in `OFFLINE_ENCODERS`, hu
 def _default_encoder(): return load_encoder()
 
 # %% ../nbs/core/01_models.ipynb #093026da
-def embed(texts:str|list[str], # A text, or a list of texts
-          model=None, # Encoder, its name, or None for all-MiniLM-L6-v2
+def _old_embed_order(model, texts) -> bool:
+    "Whether `embed` was called as before, `embed(texts, model, tokenizer)`: the texts first."
+    if isinstance(model, (list, tuple)) or (isinstance(model, str) and texts is None): return True
+    named = lambda s: isinstance(s, (str, os.PathLike)) and (str(s).lower() in OFFLINE_ENCODERS or os.path.exists(s))
+    return isinstance(model, str) and (isinstance(texts, nn.Module) or (named(texts) and not named(model)))
+
+def embed(model=None, # Encoder, its name, or None for all-MiniLM-L6-v2
+          texts:str|list[str]|None=None, # A text, or a list of texts
           tokenizer=None, # Its tokenizer (needed with a model object)
           batch_size:int=32, # Texts per forward pass
           normalize:bool=True, # Scale each embedding to unit length
           max_length:int=256 # Longer texts are truncated to this many tokens (MiniLM was trained on 256)
          ) -> torch.Tensor: # `(n_texts, d)` float32 on the model's device, or `(d,)` for a single text
     "Mean-pooled (over real tokens) last hidden states of `texts`; the encoder is left as it was."
+    if _old_embed_order(model, texts):
+        warnings.warn("embed(texts, model, tokenizer) is now embed(model, texts, tokenizer): the model comes first (None: all-MiniLM-L6-v2); the old order goes in the next release.", FutureWarning, stacklevel=2)
+        model, texts = texts, model
+    if texts is None: raise ConfigError("embed got no texts.", "A text, or a list of texts.", "Call embed(model, texts), e.g. embed(None, ['a text']) for all-MiniLM-L6-v2.")
     if model is None and tokenizer is None: model, tokenizer = _default_encoder()
     elif model is None or isinstance(model, (str, os.PathLike)): model, tokenizer = load_encoder(model or 'all-minilm-l6-v2', tokenizer=tokenizer)
     if tokenizer is None: raise ConfigError("embed got a model object but no tokenizer.", "A model object needs its tokenizer.", "Pass tokenizer=..., or a model name.")
@@ -597,7 +790,7 @@ def embed(texts:str|list[str], # A text, or a list of texts
     if not all(isinstance(t, str) for t in texts): raise ConfigError("embed takes a text or a list of texts.", f"Got items of type {sorted({type(t).__name__ for t in texts})}.", "Pass strings.")
     out = []
     with evaluating(model), torch.no_grad(), padding(tokenizer, 'right'):
-        for i in range(0, len(texts), batch_size):
+        for i in range(0, len(texts), check_batch_size(batch_size)):
             enc = to_model(model, dict(tokenizer(texts[i:i+batch_size], padding=True, truncation=True, max_length=max_length, return_tensors='pt')))
             h = model(**enc).last_hidden_state.float()
             mask = enc['attention_mask'].unsqueeze(-1).to(h.dtype)

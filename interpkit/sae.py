@@ -169,6 +169,7 @@ def _batch_maker(data, batch_size:int, buffer:int, d:int):
         return b[:batch_size]
     return get
 
+# %% ../nbs/core/06_sae.ipynb #51c63dc9
 def train_sae(sae:SAE, # The SAE to train, in place
               data, # Activations (n, d_in), or an iterable of (n_i, d_in) chunks (e.g. `stream_activations`)
               steps:int, # Optimizer steps

@@ -7,15 +7,16 @@ from __future__ import annotations
 import contextlib, dataclasses, datetime, hashlib, importlib.util, itertools, json, math, os, random, sys, tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 import numpy as np, pandas as pd, torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
-from .models import to_model
-from .errors import AssetNotFound, ConfigError, NotFiniteError, ShapeError, check_choice
+from .models import check_batch, encode_texts, tiny_config, tiny_lm, to_model, word_tokenizer
+from .errors import AssetNotFound, ConfigError, NotFiniteError, ShapeError, check_choice, check_int
 
 # %% auto #0
 __all__ = ['SCHEDULES', 'lr_factor', 'seeded', 'FitResult', 'quiet', 'fit', 'assets_dir', 'save_asset', 'load_asset',
-           'load_asset_into', 'lm_loss']
+           'load_asset_into', 'lm_loss', 'Shipped', 'Trained', 'train_tiny_lm', 'save_tiny_lm', 'load_tiny_lm']
 
 # %% ../nbs/core/04_train.ipynb #02a04f8d
 SCHEDULES = ('cosine', 'constant')
@@ -61,11 +62,13 @@ class FitResult:
         return (f"FitResult(steps={len(h)}, loss {h['loss'].iloc[0]:.4g} -> {h['loss'].iloc[-1]:.4g}"
                 + (f", last eval {ev}" if ev else '') + f", optimizer={type(self.optimizer).__name__})")
 
+# %% ../nbs/core/04_train.ipynb #192e5d1a
 def quiet() -> bool:
     "Whether progress bars are off because we run under pytest or in CI, where they only clutter the log."
     ci = os.environ.get('CI', '').lower()
     return bool(os.environ.get('PYTEST_CURRENT_TEST')) or ci not in ('', '0', 'false', 'no')
 
+# %% ../nbs/core/04_train.ipynb #7b2795a1
 def _batch_source(batches, gen:torch.Generator):
     "A function step -> batch, from a batch maker or an iterable (restarted, or cycled, when it runs out)."
     if callable(batches) and not hasattr(batches, '__iter__'): return lambda step: batches(step, gen)
@@ -93,6 +96,28 @@ def _metrics(out, prefix:str, what:str) -> dict:
     if isinstance(out, dict): return {f'{prefix}{k}': _as_float(v, what) for k, v in out.items()}
     return {prefix.rstrip('_'): _as_float(out, what)}
 
+def _fit_setup(model, steps, warmup, schedule, callback, optimizer, lr, weight_decay):
+    "Check `fit`'s arguments; return (the parameters trained, the optimizer: a new AdamW unless one is given)."
+    check_choice('schedule', schedule, SCHEDULES)
+    if callback is not None and not callable(callback): raise ConfigError(f"callback={type(callback).__name__} is not callable.", "Valid: None, or a function callback(model, optimizer, step).", "Pass a function.")
+    check_int('steps', steps, 1, todo='At least one step is needed: use e.g. steps=500.')
+    check_int('warmup', warmup, 0, steps - 1, todo='Use fewer warmup steps than steps.')
+    params = [p for p in model.parameters() if p.requires_grad]
+    if optimizer is None:
+        if not params: raise ConfigError(f"{type(model).__name__} has no parameter that requires a gradient.", "fit needs something to train.", "Unfreeze some parameters.")
+        optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    return params, optimizer
+
+def _loss_of(out, step:int, steps:int) -> tuple:
+    "(loss, logged) from what `loss_fn` returned, checked: a finite scalar tensor and a dict."
+    loss, logged = out if isinstance(out, tuple) else (out, {})
+    if not isinstance(logged, dict): raise ConfigError(f"loss_fn returned a pair whose second item is {type(logged).__name__}.", "Valid: a loss, or (loss, {name: value}).", "Return a dict of the values to log.")
+    if not torch.is_tensor(loss) or loss.numel() != 1:
+        raise ShapeError(f"loss_fn returned {type(loss).__name__} {tuple(getattr(loss, 'shape', ()))} at step {step}.", "A scalar tensor is required.", "Reduce the loss, e.g. with .mean().")
+    if not torch.isfinite(loss.detach()).all():
+        raise NotFiniteError(f"The loss is {loss.item()} at step {step} of {steps}.", "A finite loss is required.", "Lower lr, set grad_clip, add warmup, or check the data and loss_fn.")
+    return loss, logged
+
 # %% ../nbs/core/04_train.ipynb #1843259c
 def fit(model:torch.nn.Module, # The model to train, in place
         batches, # An iterable of batches (cycled), or a function `batches(step, generator) -> batch`
@@ -111,14 +136,7 @@ def fit(model:torch.nn.Module, # The model to train, in place
         callback=None # `callback(model, optimizer, step)` after each step (and after that step's evaluation), e.g. to re-initialise weights
        ) -> FitResult:
     "Train `model` in place with AdamW, warmup and a cosine schedule; same seed, same weights."
-    check_choice('schedule', schedule, SCHEDULES)
-    if callback is not None and not callable(callback): raise ConfigError(f"callback={type(callback).__name__} is not callable.", "Valid: None, or a function callback(model, optimizer, step).", "Pass a function.")
-    if not (isinstance(steps, int) and steps >= 1): raise ConfigError(f"steps={steps!r} is not a positive integer.", "At least one step is needed.", "Use e.g. steps=500.")
-    if not 0 <= warmup < steps: raise ConfigError(f"warmup={warmup!r} is out of range.", f"It must lie in 0..steps-1 = 0..{steps - 1}.", "Use fewer warmup steps.")
-    params = [p for p in model.parameters() if p.requires_grad]
-    if optimizer is None:
-        if not params: raise ConfigError(f"{type(model).__name__} has no parameter that requires a gradient.", "fit needs something to train.", "Unfreeze some parameters.")
-        optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    params, optimizer = _fit_setup(model, steps, warmup, schedule, callback, optimizer, lr, weight_decay)
     base = [g['lr'] for g in optimizer.param_groups]
     eval_every = eval_every or max(1, steps // 10)
     flags = {m: m.training for m in model.modules()}
@@ -136,15 +154,7 @@ def fit(model:torch.nn.Module, # The model to train, in place
             for step in bar:
                 f = lr_factor(step, steps, warmup, schedule)
                 for g, b in zip(optimizer.param_groups, base): g['lr'] = b * f
-                out = loss_fn(model, get(step))
-                loss, logged = out if isinstance(out, tuple) else (out, {})
-                if not isinstance(logged, dict): raise ConfigError(f"loss_fn returned a pair whose second item is {type(logged).__name__}.", "Valid: a loss, or (loss, {name: value}).", "Return a dict of the values to log.")
-                if not torch.is_tensor(loss) or loss.numel() != 1:
-                    raise ShapeError(f"loss_fn returned {type(loss).__name__} {tuple(getattr(loss, 'shape', ()))} at step {step}.",
-                                     "A scalar tensor is required.", "Reduce the loss, e.g. with .mean().")
-                if not torch.isfinite(loss.detach()).all():
-                    raise NotFiniteError(f"The loss is {loss.item()} at step {step} of {steps}.", "A finite loss is required.",
-                                         "Lower lr, set grad_clip, add warmup, or check the data and loss_fn.")
+                loss, logged = _loss_of(loss_fn(model, get(step)), step, steps)
                 optimizer.zero_grad(set_to_none=True)
                 loss.reshape(()).backward()
                 row = {'step': step, 'loss': loss.item(), 'lr': base[0] * f, **_metrics(logged, '', 'loss_fn')}
@@ -259,3 +269,114 @@ def lm_loss(model:torch.nn.Module, # A causal LM
     if labels is None: labels = ids if mask is None else ids.masked_fill(mask == 0, -100)
     logits = model(input_ids=ids, attention_mask=None if mask is None else mask.long()).logits
     return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten().to(logits.device), ignore_index=-100)
+
+# %% ../nbs/core/04_train.ipynb #5462bdbc
+def _brief(model) -> str: return f"{type(model).__name__} ({sum(p.numel() for p in model.parameters()):,} parameters)" if isinstance(model, torch.nn.Module) else type(model).__name__
+
+class Shipped(NamedTuple):
+    "A shipped model, as `load_<name>` returns it; unpacks as `model, tokenizer, meta`."
+    model: torch.nn.Module # The model, in eval mode
+    tokenizer: object # Its tokenizer; None when it has none
+    meta: dict # The asset's metadata (its JSON sidecar)
+    def __repr__(self): return f"Shipped(model={_brief(self.model)}, tokenizer={type(self.tokenizer).__name__}, meta={self.meta.get('name', '?')!r})"
+
+class Trained(NamedTuple):
+    "A trained model, as `train_<name>` returns it; unpacks as `model, tokenizer, fit`."
+    model: torch.nn.Module # The model, in eval mode
+    tokenizer: object # Its tokenizer; None when it has none
+    fit: FitResult # The training's history and optimizer
+    def __repr__(self): return f"Trained(model={_brief(self.model)}, tokenizer={type(self.tokenizer).__name__}, fit={self.fit!r})"
+
+# %% ../nbs/core/04_train.ipynb #78157b33
+def train_tiny_lm(tokenizer, # The documents' tokenizer; the model gets len(tokenizer) tokens
+                  documents, # `documents(rng) -> str`, one document drawn with a `random.Random`; or a batch of model inputs whose rows are drawn; or a list of texts
+                  steps:int=1000, # AdamW steps
+                  batch_size:int=32, # Documents (rows) per step
+                  lr:float=1e-3, # Peak learning rate
+                  seed:int=0, # Seed of the initialisation and of the batches
+                  progress:bool=True, # Progress bar
+                  warmup:int|None=None, # Steps of linear warmup; None: min(100, steps // 10)
+                  schedule:str='cosine', # One of `SCHEDULES`
+                  weight_decay:float=0.0, # AdamW's decoupled weight decay
+                  betas:tuple=(0.9, 0.999), # AdamW's betas
+                  grad_clip:float|None=None, # Clip the gradient norm to this; None: no clipping
+                  loss_fn=None, # `loss_fn(model, batch)` -> scalar loss; None: `lm_loss`
+                  device=None, # Where to train; None: the CPU
+                  convert=None, # `convert(model) -> model`, applied to the fresh `tiny_lm` before training (e.g. bilinear MLPs)
+                  **shape # `tiny_lm` settings of the Llama: n_layers, d_model, n_heads, max_len, ... (vocab_size: len(tokenizer) unless given)
+                 ) -> Trained: # The model in eval mode, the tokenizer, the `FitResult`
+    "Train a tiny Llama from scratch with `fit` on documents generated for each batch, or on rows drawn from a fixed batch; same seed, same weights."
+    model = tiny_lm('llama', seed=seed, **{'vocab_size': len(tokenizer), **shape})
+    if convert is not None: model = convert(model)
+    if device is not None: model = model.to(device)
+    if callable(documents):
+        def batches(step, gen):   # a fresh random.Random per batch, seeded from fit's generator
+            rng = random.Random(int(torch.randint(0, 2**62, (1,), generator=gen)))
+            return encode_texts(tokenizer, [documents(rng) for _ in range(batch_size)])
+    else:
+        data = encode_texts(tokenizer, list(documents)) if isinstance(documents, (list, tuple)) else check_batch(documents, 'documents', todo='Pass documents(rng) -> str, a list of texts, or a batch from encode_texts.')
+        n = data['input_ids'].shape[0]
+        def batches(step, gen):
+            i = torch.randint(0, n, (batch_size,), generator=gen)
+            return {k: v[i] if torch.is_tensor(v) and v.dim() else v for k, v in data.items()}
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+    res = fit(model, batches, loss_fn or lm_loss, steps, seed=seed, warmup=min(100, steps // 10) if warmup is None else warmup, grad_clip=grad_clip,
+              schedule=schedule, optimizer=opt, progress=progress)
+    return Trained(model.eval(), tokenizer, res)
+
+# %% ../nbs/core/04_train.ipynb #e9012f8e
+_ARCH = ('hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'vocab_size', 'max_position_embeddings',
+         'tie_word_embeddings', 'hidden_act', 'rms_norm_eps', 'attention_bias', 'mlp_bias', 'rope_parameters')   # what a tiny Llama's weights depend on
+
+def _vocab_of(tokenizer) -> list[str]:
+    "The tokenizer's tokens in id order."
+    if isinstance(getattr(tokenizer, 'vocab', None), list): return list(tokenizer.vocab)   # the deprecated WordTokenizer
+    return tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+
+def save_tiny_lm(model:torch.nn.Module, # A tiny Llama (`tiny_lm`), or a model made from one (then give meta['tiny_lm'])
+                 tokenizer, # Its tokenizer: its tokens in id order go to meta['vocab']; None: no vocabulary
+                 name:str, # Asset name: writes <name>.safetensors and <name>.json
+                 meta:dict|None=None, # More metadata (recipe, metrics, ...); meta['tiny_lm'] replaces the shape read from the config
+                 folder:str|Path|None=None # Where to write; None: `assets_dir()`
+                ) -> Path: # The .safetensors file written
+    "Save a tiny LM as an asset whose metadata holds its `tiny_lm` settings and its tokenizer's vocabulary, for `load_tiny_lm`."
+    meta = dict(meta or {})
+    if 'tiny_lm' not in meta:
+        cfg = getattr(model, 'config', None)
+        if getattr(cfg, 'model_type', None) != 'llama': raise ConfigError(f"save_tiny_lm got a {type(model).__name__} without meta['tiny_lm'].", "A tiny Llama (tiny_lm), or meta={'tiny_lm': {...}} with the settings that rebuild the model.", "Pass meta['tiny_lm'].")
+        shape = dict(n_layers=cfg.num_hidden_layers, d_model=cfg.hidden_size, n_heads=cfg.num_attention_heads, max_len=cfg.max_position_embeddings, vocab_size=cfg.vocab_size)
+        differ = [k for k in _ARCH if getattr(tiny_config('llama', **shape), k, None) != getattr(cfg, k, None)]
+        if differ: raise ConfigError(f"The model's config differs from tiny_lm('llama', **{shape}) in {differ}.", "A model that tiny_lm rebuilds from its settings.", "Pass meta={'tiny_lm': {...}} with the settings that rebuild it.")
+        meta['tiny_lm'] = shape
+    if tokenizer is not None: meta['vocab'] = _vocab_of(tokenizer)
+    return save_asset(name, model, meta, folder)
+
+# %% ../nbs/core/04_train.ipynb #2464f222
+def load_tiny_lm(name:str, # Asset name, as given to `save_tiny_lm` (or written by a tools/ script)
+                 tokenizer=None, # The tokenizer it was trained with, checked against meta['vocab']; None: `word_tokenizer(meta['vocab'])`
+                 folder:str|Path|None=None, # Where to look; None: `assets_dir()`
+                 convert=None # `convert(model) -> model`, applied to the fresh `tiny_lm` before the weights load (e.g. bilinear MLPs)
+                ) -> Shipped: # The model in eval mode, its tokenizer, the asset's metadata
+    "A shipped tiny LM: `tiny_lm(**meta['tiny_lm'])` with the asset's weights, in eval mode, and its tokenizer, checked against the asset's vocabulary."
+    tensors, meta = load_asset(name, folder)
+    folder = Path(folder) if folder is not None else assets_dir()
+    remake = (lambda m: f"Re-make the asset with `python {m[0]}`" if m else "Re-make the asset")(_makers(name, folder))
+    if not isinstance(meta.get('tiny_lm'), dict): raise ConfigError(f"Asset {name!r} has no 'tiny_lm' settings in its metadata.", "An asset written by save_tiny_lm.", "Load it with load_asset and build the model yourself.")
+    vocab = meta.get('vocab')
+    if tokenizer is None:
+        if vocab is None: raise ConfigError(f"Asset {name!r} saved no vocabulary.", "A tokenizer to go with it.", "Pass tokenizer=..., the one it was trained with.")
+        try: tokenizer = word_tokenizer(vocab)
+        except ConfigError as e: raise ConfigError(f"The vocabulary of asset {name!r} is not a default word_tokenizer's ({e.given})", "The tokenizer it was trained with.", "Pass tokenizer=... (e.g. the paper's own tokenizer function).") from None
+    have = _vocab_of(tokenizer) if vocab is not None else None
+    if vocab is not None and have != vocab:
+        i = next((i for i, (a, b) in enumerate(zip(vocab, have)) if a != b), min(len(vocab), len(have)))
+        raise ConfigError(f"Asset {name!r} was trained with another vocabulary than the tokenizer given: {len(vocab)} tokens against {len(have)}, first different at id {i} "
+                          f"({vocab[i] if i < len(vocab) else None!r} against {have[i] if i < len(have) else None!r}).", "The tokenizer of the asset's meta['vocab'] (the data it was made from may have changed since).",
+                          f"{remake}, or pass the tokenizer it was trained with.")
+    shape = {'vocab_size': len(vocab) if vocab is not None else len(tokenizer), **meta['tiny_lm']}
+    if vocab is None and shape['vocab_size'] != len(tokenizer):
+        raise ConfigError(f"Asset {name!r} has {shape['vocab_size']} tokens, the tokenizer given {len(tokenizer)}.", "The tokenizer it was trained with.", f"{remake}, or pass the right tokenizer.")
+    model = tiny_lm(**shape)
+    if convert is not None: model = convert(model)
+    model.load_state_dict(tensors)
+    return Shipped(model.eval(), tokenizer, meta)

@@ -2,7 +2,7 @@
 a character-scanning word splitter and a second implementation of the intervention draws (same seed string, our own candidate
 lists and splicing); readers checked by hand-written character loops; ADCE/AICE of ORACLE answerers written here (one reading
 only the core words, one only the context words, a constant one, mixed ones whose flips are counted by hand); `effect_sizes`
-against hand computations; `completions` against a manual unpadded greedy loop; the demo data parsed back by regular expressions;
+against hand computations; the answerer's greedy completions against a manual unpadded greedy loop; the demo data parsed back by regular expressions;
 the shipped LMs re-scored and the shipped SmolLM2 trials recomputed by hand with pandas. Strict xfails mark the bugs found."""
 import copy, math, random, re, string, zlib
 import matplotlib
@@ -14,15 +14,19 @@ from interpkit.errors import ConfigError, InterpkitError, ShapeError
 from interpkit.models import tiny_lm, tiny_tokenizer
 from interpkit.train import fit, lm_loss
 import interpkit.papers.adce as adce
-from interpkit.papers.adce import (CORE_WORDS, MASK, NAMES, OBJECTS, VERBS, STORIES, STORY_PROMPT, ARITH_CONFIG, Word, Intervention, Question,
-                                   ComprehensionTask, CausalEffects, NoCorrectAnswers, words_of, is_core_word, deep_intervention,
-                                   surface_intervention, interventions, read_number, read_word, completions, as_answerer, effect_sizes,
-                                   causal_effects, effects_table, story_question, addend_pairs, story_task, arith_tokenizer, arith_lm,
-                                   story_batch, train_arith_lm, few_shot_task, random_like, load_arith_lms, shipped_smollm2,
-                                   effects_from_trials, trial_table, plot_effects)
+from interpkit.papers.adce import (CORE_WORDS, MASK, Word, Intervention, Question, ComprehensionTask, CausalEffects, EffectSizes, NoCorrectAnswers,
+                                   words_of, is_core_word, deep_intervention, surface_intervention, interventions, read_number, read_word,
+                                   as_answerer, effect_sizes, causal_effects, effects_table, random_like, effects_from_trials, trial_table,
+                                   plot_effects)
+from interpkit.demos.adce import (NAMES, OBJECTS, VERBS, STORIES, STORY_PROMPT, ARITH_CONFIG, story_question, addend_pairs, story_task,
+                                  arith_tokenizer, arith_lm, story_batch, train_arith_lm, few_shot_task, load_arith_lms, load_smollm2_runs)
 from tiny_models import unit_scale_lm
 
 torch.set_num_threads(1)
+
+def completions(model, tokenizer, prompts, max_new_tokens=8, batch_size=16):
+    "Greedy completions through the paper's answerer (`interpkit.models.generate_greedy` underneath), as the old `completions` gave them."
+    return as_answerer(model, tokenizer, max_new_tokens, batch_size)(prompts)
 
 # ---------------------------------------------------------------- independent references: words, core words, intervention draws
 
@@ -444,7 +448,7 @@ def test_task_core_and_position():
 def test_effect_sizes_by_hand():
     e = effect_sizes([1, 1, 0, 1, 0, 0], [0, 1, 0, 0, 0, 1], [0, 0, 1, 1, 2, 2])
     ref = dict(adce=1/6, aice=1/3, sufficiency=1/2, necessity=2/3, adce_se=1/3)
-    assert e.keys() == ref.keys() and all(e[k] == pytest.approx(v, abs=1e-12) for k, v in ref.items())
+    assert set(vars(e)) == set(ref) and all(getattr(e, k) == pytest.approx(v, abs=1e-12) for k, v in ref.items())
     # unbalanced: ADCE is the mean over pairs, the SE over per-question means
     e = effect_sizes([1, 1, 1, 0], [0, 0, 0, 0], ['b', 'b', 'b', 'a'])
     assert e['adce'] == 0.75 and e['adce_se'] == pytest.approx(0.5)
@@ -635,7 +639,8 @@ def test_story_batch_labels_only_answer_digits_and_eos():
 
 def test_train_arith_lm_short_run():
     cfg = dict(d_model=16, n_heads=2, n_layers=1)
-    model, tok, res, saved = train_arith_lm(60, checkpoints=(0, 20, 60, 999), lr=3e-3, batch_size=16, seed=1, **cfg)
+    saved = {}
+    model, tok, res = train_arith_lm(60, checkpoints=(0, 20, 60, 999), lr=3e-3, batch_size=16, seed=1, states=saved, **cfg)
     assert sorted(saved) == [0, 20, 60] and not model.training and len(res.history) == 60
     loss = res.history.loss.to_numpy()
     assert loss[-10:].mean() < loss[:5].mean() - 0.5
@@ -740,7 +745,7 @@ def test_shipped_arith_lms():
     assert r.adce == pytest.approx(lms.meta['runs']['clean']['adce'], abs=0.03) and r.aice <= 0.05 and r.adce > 0.6
 
 def test_shipped_smollm2_trials_recomputed_by_hand():
-    runs, meta = shipped_smollm2()
+    runs, meta = load_smollm2_runs()
     assert set(runs) == {tuple(k.split(' | ')) for k in meta['runs']} and len(runs) == 4
     for (model, task_name), t in runs.items():
         info = meta['runs'][f'{model} | {task_name}']
@@ -821,7 +826,8 @@ def test_effects_table_and_plot():
 
 def test_module_lists_its_public_names():
     public = {n for n, v in vars(adce).items() if not n.startswith('_') and getattr(v, '__module__', None) == adce.__name__}
-    assert public <= set(adce.__all__) and all(hasattr(adce, n) for n in adce.__all__)
+    deprecated = {'completions'}                                     # kept for one release, out of __all__
+    assert public - deprecated <= set(adce.__all__) and all(hasattr(adce, n) for n in adce.__all__) and not deprecated & set(adce.__all__)
 
 def test_arguments_are_checked_before_any_answer():
     calls = []
@@ -860,14 +866,15 @@ def test_completions_one_token_plain_text_and_the_model_kind(untouched):
     assert one == [q.answer[0] for q in task.questions]                      # the first digit of each (right) sum
     assert full == [q.answer for q in task.questions]                        # the model stops at '<eos>', which is not returned
     bert = tiny_lm('bert', vocab_size=128)
-    for f, name in ((lambda: completions(bert, tiny_tokenizer(), ['w1']), 'completions'), (lambda: as_answerer(bert, tiny_tokenizer()), 'as_answerer')):
+    for f, name in ((lambda: completions(bert, tiny_tokenizer(), ['w1']), 'as_answerer'), (lambda: as_answerer(bert, tiny_tokenizer()), 'as_answerer')):
         with pytest.raises(ConfigError, match=name): f()
 
 def test_answerer_by_name_loads_the_model_and_keeps_a_given_tokenizer(monkeypatch):
     lms = load_arith_lms()
     other = arith_tokenizer(); other.add_tokens(['zzz'])
     seen = []
-    monkeypatch.setattr(adce, 'load_lm', lambda name: seen.append(name) or (lms.clean, lms.tokenizer))
+    import interpkit.models
+    monkeypatch.setattr(interpkit.models, 'load_lm', lambda name, tokenizer=None: seen.append(name) or (lms.clean, lms.tokenizer if tokenizer is None else tokenizer))   # as_answerer loads names through resolve_lm
     task = story_task(addend_pairs()[1][:3])
     prompts = [task.prompt(q.text) for q in task.questions]
     assert as_answerer('my-lm', max_new_tokens=4)(prompts) == [q.answer for q in task.questions] and seen == ['my-lm']
@@ -917,9 +924,49 @@ def test_results_print_briefly_and_need_their_trials():
 
 def test_training_warms_up_over_a_tenth_of_the_steps_and_unknown_words_map_to_unk():
     from interpkit.train import lr_factor
-    _, _, res, _ = train_arith_lm(57, lr=1e-3, batch_size=4, d_model=16, n_heads=2, n_layers=1)
+    _, _, res = train_arith_lm(57, lr=1e-3, batch_size=4, d_model=16, n_heads=2, n_layers=1)
     want = [1e-3 * lr_factor(s, 57, 5, 'cosine') for s in range(57)]    # warmup = 57 // 10 = 5 steps
     assert res.history.lr.tolist() == pytest.approx(want, rel=1e-12)
     tok = arith_tokenizer()
     assert tok('zebra 7')['input_ids'] == [tok.convert_tokens_to_ids('<unk>'), tok.convert_tokens_to_ids('7')] == [1, 11]
     with pytest.raises(ConfigError, match="op='-' is not valid"): few_shot_task('-')
+
+# ---------------------------------------------------------------- renamed and moved names keep working, with a FutureWarning
+
+def test_old_import_paths_of_the_demo_names_warn():
+    for name in ('NAMES', 'story_question', 'addend_pairs', 'story_task', 'arith_tokenizer', 'arith_lm', 'story_batch', 'train_arith_lm',
+                 'few_shot_task', 'load_arith_lms', 'ARITH_CONFIG', 'OPERATIONS', 'ArithLMs'):
+        with pytest.warns(FutureWarning, match=f'adce.{name} is now interpkit.demos.adce.{name}'):
+            assert getattr(adce, name) is getattr(__import__('interpkit.demos.adce', fromlist=[name]), name)
+    with pytest.raises(AttributeError): adce.no_such_name
+
+def test_shipped_smollm2_is_load_smollm2_runs():
+    with pytest.warns(FutureWarning, match='load_smollm2_runs'):
+        runs, meta = adce.shipped_smollm2()
+    new = load_smollm2_runs()
+    assert sorted(runs) == sorted(new.runs) and meta == new.meta
+    assert all(runs[k].equals(new.runs[k]) for k in runs)
+
+def test_completions_is_deprecated_for_generate_greedy():
+    from interpkit.models import generate_greedy
+    m, tok = tiny_lm('gpt2', d_model=16, n_heads=2, seed=3), tiny_tokenizer()
+    with pytest.warns(FutureWarning, match='generate_greedy'):
+        old = adce.completions(m, tok, PROMPTS, 4, 2)
+    assert old == generate_greedy(m, tok, PROMPTS, 4, 2)
+
+def test_rng_argument_is_now_seed():
+    t = 'Tom has 2 7 apples and buys 4 8 more .'
+    for f, args in ((deep_intervention, (t,)), (surface_intervention, (t, 2))):
+        with pytest.warns(FutureWarning, match='rng= is now called seed='):
+            old = f(*args, rng=random.Random(4))
+        assert old == f(*args, seed=random.Random(4)) == f(*args, 4)   # an int seeds a new stream
+    with pytest.warns(FutureWarning, match='rng= is now called seed='):
+        assert story_question(12, 34, rng=random.Random(2)) == story_question(12, 34, 2)
+    tok = arith_tokenizer()
+    with pytest.warns(FutureWarning, match='rng= is now called seed='):
+        b = story_batch(tok, [(12, 34)], rng=random.Random(1), batch_size=4)
+    assert torch.equal(b['input_ids'], story_batch(tok, [(12, 34)], 1, batch_size=4)['input_ids'])
+
+def test_effect_sizes_is_a_result():
+    e = effect_sizes([1, 0, 1], [0, 0, 1], [0, 1, 2])
+    assert isinstance(e, EffectSizes) and e['adce'] == e.adce == pytest.approx(1/3) and e.necessity == pytest.approx(2/3)

@@ -1,7 +1,7 @@
 """Tests of interpkit.papers.apg against independent references: CFG as a special case of APG, numpy projections, norm bounds,
 a by-hand momentum recurrence, diffusers' own APG guider, a hand-written Euler sampling loop, APG in the core's sampler on every supported
-scheduler, image statistics against numpy, the notebook's claims on the shipped model, bad input. The sampler, the conversions and the
-digit model are tested in test_diffusion.py."""
+scheduler, image statistics against numpy, the notebook's claims on the shipped model, bad input. The sampler and the conversions are
+tested in test_diffusion.py, the demo's data and models (interpkit.demos.apg) in test_apg_demo.py."""
 import copy, dataclasses, math, os
 import numpy as np, pytest, torch
 from torch import nn
@@ -10,7 +10,8 @@ from diffusers import DDIMScheduler, EulerDiscreteScheduler
 from diffusers.guiders.adaptive_projected_guidance import MomentumBuffer, normalized_guidance
 from transformers.modeling_outputs import ImageClassifierOutput
 from interpkit.papers.apg import cfg, apg, split_parallel, rescale, Momentum, CFG, APG, image_stats, ImageStats
-from interpkit.diffusion import sample, NULL_CLASS, DIGIT_SCHEDULER, SUPPORTED_SCHEDULERS, GUIDANCE_SPACES, load_digit_diffusion, digit_unet
+from interpkit.diffusion import sample, SUPPORTED_SCHEDULERS, GUIDANCE_SPACES
+from interpkit.demos.apg import NULL_CLASS, DIGIT_SCHEDULER, load_digit_diffusion, digit_unet
 from interpkit.errors import ConfigError, ShapeError, NotFiniteError
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
@@ -142,29 +143,29 @@ def test_apg_on_euler_matches_a_hand_written_loop():
     m = tiny_unet(seed=3).eval()
     labels, sched = torch.tensor([0, 4, 7]), EulerDiscreteScheduler(num_train_timesteps=1000, beta_schedule='linear')
     gd = APG(eta=0., r=2., beta=-0.5)
-    got = sample(m, sched, labels, NULL_CLASS, (1, 8, 8), gd, 6., steps=5, seed=2)
+    got = sample(m, sched, labels, NULL_CLASS, (1, 8, 8), gd, 6., n_steps=5, seed=2)
     want = _euler_by_hand(m, labels, gd.start(), 6., 5, 2, sched)
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-5)
     # and it is not what applying APG to the ε prediction gives (the projection is not affine)
-    assert not torch.allclose(got, sample(m, sched, labels, NULL_CLASS, (1, 8, 8), gd, 6., steps=5, seed=2, space='pred'), atol=1e-2)
+    assert not torch.allclose(got, sample(m, sched, labels, NULL_CLASS, (1, 8, 8), gd, 6., n_steps=5, seed=2, space='pred'), atol=1e-2)
 
 @pytest.mark.parametrize('name', SUPPORTED_SCHEDULERS)
 def test_every_scheduler_samples_with_apg(untouched, name):
     m = tiny_unet().train()
     sched = getattr(diffusers, name)(num_train_timesteps=1000)
     with untouched(m):
-        a = sample(m, sched, torch.tensor([3, 5]), NULL_CLASS, (1, 8, 8), APG(r=1.), 4., steps=4, seed=1)
-        b = sample(m, sched, torch.tensor([3, 5]), NULL_CLASS, (1, 8, 8), APG(r=1.), 4., steps=4, seed=1)
+        a = sample(m, sched, torch.tensor([3, 5]), NULL_CLASS, (1, 8, 8), APG(r=1.), 4., n_steps=4, seed=1)
+        b = sample(m, sched, torch.tensor([3, 5]), NULL_CLASS, (1, 8, 8), APG(r=1.), 4., n_steps=4, seed=1)
     assert torch.isfinite(a).all() and torch.equal(a, b)                     # same seed, same numbers: momentum starts afresh in every run
 
 def test_apg_in_the_sampler_at_scale1_and_above():
     m, sched, labels = tiny_unet().eval(), DDIMScheduler(**DIGIT_SCHEDULER), torch.tensor([0, 3, 9])
-    plain = sample(m, sched, labels, NULL_CLASS, (1, 8, 8), guidance=None, steps=5)
+    plain = sample(m, sched, labels, NULL_CLASS, (1, 8, 8), guidance=None, n_steps=5)
     for gd in (CFG(), APG(), APG(eta=1., r=0.3, beta=-0.9)):
         for space in GUIDANCE_SPACES:
-            assert torch.allclose(sample(m, sched, labels, NULL_CLASS, (1, 8, 8), guidance=gd, scale=1., steps=5, space=space), plain, atol=1e-5)
+            assert torch.allclose(sample(m, sched, labels, NULL_CLASS, (1, 8, 8), guidance=gd, scale=1., n_steps=5, space=space), plain, atol=1e-5)
     # CFG is affine in the prediction, so guiding x0 or ε gives the same samples; APG is not (the projection), and APG is not CFG
-    a, b, c, d = (sample(m, sched, labels, NULL_CLASS, (1, 8, 8), guidance=gd, scale=5., steps=5, space=sp)
+    a, b, c, d = (sample(m, sched, labels, NULL_CLASS, (1, 8, 8), guidance=gd, scale=5., n_steps=5, space=sp)
                   for gd, sp in ((CFG(), 'x0'), (CFG(), 'pred'), (APG(), 'x0'), (APG(), 'pred')))
     assert torch.allclose(a, b, atol=1e-4) and not torch.allclose(a, c, atol=1e-3) and not torch.allclose(c, d, atol=1e-3)
 
@@ -221,8 +222,8 @@ def test_the_headline_on_the_shipped_model():
     unet, _, meta = load_digit_diffusion()
     labels = torch.arange(10).repeat_interleave(2)
     sched = DDIMScheduler(**meta['scheduler'])
-    c = image_stats(sample(unet, sched, labels, NULL_CLASS, (1, 8, 8), CFG(), 15., steps=10))
-    a = image_stats(sample(unet, sched, labels, NULL_CLASS, (1, 8, 8), APG(r=1.35), 15., steps=10))
+    c = image_stats(sample(unet, sched, labels, NULL_CLASS, (1, 8, 8), CFG(), 15., n_steps=10))
+    a = image_stats(sample(unet, sched, labels, NULL_CLASS, (1, 8, 8), APG(r=1.35), 15., n_steps=10))
     assert c.clipped > a.clipped + 0.1 and c.saturation > a.saturation
 
 # ---------------------------------------------------------------- bad input
@@ -237,6 +238,7 @@ def test_bad_input():
     with pytest.raises(ConfigError): apg(c, c, float('inf'))
     with pytest.raises(ConfigError): rescale(c, 0.)
     with pytest.raises(ConfigError): rescale(c, -1.)
+    with pytest.raises(ShapeError): rescale(torch.tensor(3.), 1.)
     with pytest.raises(ConfigError): APG(r=0.)
     with pytest.raises(ConfigError): APG(beta=1.)
     with pytest.raises(ConfigError): APG(eta=float('nan'))
@@ -251,7 +253,7 @@ def test_momentum_at_every_evaluation_on_heun_as_the_notebook_says():
     unet, _, meta = load_digit_diffusion()
     labels = torch.arange(10).repeat_interleave(4)
     sched = diffusers.HeunDiscreteScheduler.from_config({**meta['scheduler'], 'timestep_spacing': 'leading'})
-    clipped = {k: image_stats(sample(unet, sched, labels, NULL_CLASS, (1, 8, 8), gd, 7., steps=10)).clipped
+    clipped = {k: image_stats(sample(unet, sched, labels, NULL_CLASS, (1, 8, 8), gd, 7., n_steps=10)).clipped
                for k, gd in (('cfg', CFG()), ('apg', APG(r=1.35)), ('apg0', APG(r=1.35, beta=0.)))}
     assert clipped['apg'] > clipped['cfg'] > clipped['apg0'], clipped
     # the numbers quoted there, rounded to two digits (±0.005), plus 4 of the 2,560 pixels (0.0016) for round-off on other CPUs: measured 0.3703,

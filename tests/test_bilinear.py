@@ -3,10 +3,12 @@ import copy, math, os
 import numpy as np, pytest, torch, transformers
 from torch import nn
 import torch.nn.functional as F
+import warnings
+import interpkit.papers.bilinear as bilinear_module
 from interpkit.papers.bilinear import (Bilinear, BilinearClassifier, interaction_matrix, bilinear_form, class_interactions, classifier_inputs,
-                                       Eigen, AttackResult, eigen, to_input_space, truncate, truncated_logits, eigenvalue_effective_rank,
-                                       topk_accuracy, eigen_attack, to_bilinear, mlp_interaction, token_interaction, token_readout, nudge_probs,
-                                       train_char_lm, load_char_lm, CHAR_LM, INTERACTION_SPACES)
+                                       Eigen, AttackResult, eigen, to_input_space, truncate, truncated_logits, truncated_accuracy, eigen_attack,
+                                       to_bilinear, mlp_interaction, token_interaction, token_readout, nudge_probs, INTERACTION_SPACES)
+from interpkit.stats import effective_rank
 from interpkit.errors import ConfigError, ShapeError, NotFiniteError, SiteError
 from interpkit.hooks import capture, resid_post, mlp_out
 from interpkit.models import tiny_lm
@@ -158,14 +160,14 @@ def numpy_truncated_logits(clf, x, k):
         cols.append(sum(lam[i] * (x @ Q[:, i]) ** 2 for i in keep))
     return np.stack(cols, -1)
 
-def test_topk_accuracy_against_numpy(untouched):
+def test_truncated_accuracy_against_numpy(untouched):
     clf = BilinearClassifier(d_input=6, d_hidden=8, n_classes=4, seed=2).train()
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(60, 6, generator=g), torch.randint(0, 4, (60,), generator=g)
     ks = [1, 2, 4, 6]
     want = [float((numpy_truncated_logits(clf, x, k).argmax(-1) == y.numpy()).mean()) for k in ks]
-    with untouched(clf): df = topk_accuracy(clf, x, y, ks, batch_size=7)
-    assert list(df.k) == ks and np.allclose(df.accuracy, want, atol=1e-12)
+    with untouched(clf): df = truncated_accuracy(clf, x, y, ks, batch_size=7)
+    assert list(df['rank']) == ks and np.allclose(df.accuracy, want, atol=1e-12)
     assert len(set(want)) > 1                                       # the k's differ: a test that could fail
     with untouched(clf): tl = truncated_logits(clf, x, 2, batch_size=11)
     assert np.allclose(tl.numpy(), numpy_truncated_logits(clf, x, 2), atol=1e-4)
@@ -177,21 +179,21 @@ def test_truncation_on_float64_and_bfloat16_models(untouched):
     with untouched(clf): tl = truncated_logits(clf, x, 3)
     assert tl.dtype == torch.float64 and np.allclose(tl.numpy(), numpy_truncated_logits(clf, x, 3), atol=1e-10)
     y = torch.from_numpy(numpy_truncated_logits(clf, x, 64).argmax(-1))
-    assert topk_accuracy(clf, x, y, [64]).accuracy.iloc[0] == 1.0
+    assert truncated_accuracy(clf, x, y, [64]).accuracy.iloc[0] == 1.0
     b16 = copy.deepcopy(clf).to(torch.bfloat16)
     with untouched(b16): t16 = truncated_logits(b16, x, 3)
     assert t16.dtype == torch.float32 and torch.isfinite(t16).all()
     assert np.allclose(t16.numpy(), numpy_truncated_logits(b16.float(), x.bfloat16(), 3), atol=0.05)
 
 def test_effective_rank_closed_forms():
-    for n in (1, 2, 5, 64): assert float(eigenvalue_effective_rank(torch.ones(n))) == pytest.approx(n)
-    assert float(eigenvalue_effective_rank(torch.tensor([1., -1., 0., 0.]))) == pytest.approx(2)          # signs and zeros
-    assert float(eigenvalue_effective_rank(torch.tensor([2., 1., 1.]))) == pytest.approx(2 ** 1.5)        # exp(1.5 ln 2)
-    assert float(eigenvalue_effective_rank(torch.tensor([5., 1e-12]))) == pytest.approx(1, abs=1e-6)
+    for n in (1, 2, 5, 64): assert float(effective_rank(torch.ones(n))) == pytest.approx(n)
+    assert float(effective_rank(torch.tensor([1., -1., 0., 0.]))) == pytest.approx(2)          # signs and zeros
+    assert float(effective_rank(torch.tensor([2., 1., 1.]))) == pytest.approx(2 ** 1.5)        # exp(1.5 ln 2)
+    assert float(effective_rank(torch.tensor([5., 1e-12]))) == pytest.approx(1, abs=1e-6)
     p = np.array([.5, .3, .2])
-    assert float(eigenvalue_effective_rank(torch.tensor([-5., 3., 2.]))) == pytest.approx(np.exp(-(p * np.log(p)).sum()))
-    assert torch.allclose(eigenvalue_effective_rank(torch.tensor([[1., 1.], [1., 0.]])), torch.tensor([2., 1.]))
-    with pytest.raises(NotFiniteError, match='all zeros'): eigenvalue_effective_rank(torch.zeros(2, 3))
+    assert float(effective_rank(torch.tensor([-5., 3., 2.]))) == pytest.approx(np.exp(-(p * np.log(p)).sum()))
+    assert torch.allclose(effective_rank(torch.tensor([[1., 1.], [1., 0.]])), torch.tensor([2., 1.]))
+    with pytest.raises(NotFiniteError, match='all zeros'): effective_rank(torch.zeros(2, 3))
 
 def test_digits_train_quick():
     from interpkit.data import digits
@@ -219,7 +221,7 @@ def test_eigen_attack_against_numpy(k, untouched):
         x_adv[n] = xs[n] + eps * d
     r = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).double().numpy()
     x_rand = xs + eps * r / np.linalg.norm(r, axis=-1, keepdims=True)
-    with untouched(clf): res = eigen_attack(clf, x, eps, k=k, seed=3, batch_size=13)
+    with untouched(clf): res = eigen_attack(clf, x, eps, rank=k, seed=3, batch_size=13)
     assert np.array_equal(res.pred.numpy(), pred) and np.allclose(res.x_adv.numpy(), x_adv, atol=1e-5)
     assert res.flip_eigen == pytest.approx((logits(x_adv).argmax(-1) != pred).mean())
     assert res.flip_random == pytest.approx((logits(x_rand).argmax(-1) != pred).mean())
@@ -255,7 +257,7 @@ def test_attack_towards_target_constructed():
 def test_random_directions_have_norm_eps():
     clf = BilinearClassifier(d_input=6, d_hidden=8, n_classes=3)
     x = torch.randn(25, 6)
-    r = eigen_attack(clf, x, 0.7, k=2)
+    r = eigen_attack(clf, x, 0.7, rank=2)
     assert torch.allclose((r.x_adv - x).norm(dim=-1), torch.full((25,), 0.7), atol=1e-5)
 
 # ---------------------------------------------------------------- nudge_probs on any classifier
@@ -406,36 +408,16 @@ def test_token_readout_brute_force(untouched):
     v = torch.randn(16)
     E = blm.model.embed_tokens.weight.detach()
     scores = torch.tensor([float(E[t] / E[t].pow(2).mean().add(blm.config.rms_norm_eps).sqrt() @ v) for t in range(30)])
-    with untouched(blm): df = token_readout(blm, v, k=5)
+    with untouched(blm): df = token_readout(blm, v, top_k=5)
     assert list(df.id) == scores.abs().argsort(descending=True)[:5].tolist()
     assert torch.allclose(torch.tensor(df.score.tolist()), scores[df.id.tolist()], atol=1e-5)
-    df = token_readout(blm, v, k=3, tokens=[1, 2, 3, 4])
+    df = token_readout(blm, v, top_k=3, tokens=[1, 2, 3, 4])
     assert list(df.id) == [1 + i for i in scores[1:5].abs().argsort(descending=True)[:3].tolist()]
-    from interpkit.data import CharTokenizer
-    top2 = token_readout(blm, v, k=2, tokenizer=CharTokenizer())
-    assert list(top2.token) == [chr(i) for i in top2.id] and list(top2.id) == list(token_readout(blm, v, k=2).id)
+    from interpkit.data import char_tokenizer
+    top2 = token_readout(blm, v, top_k=2, tokenizer=char_tokenizer())
+    assert list(top2.token) == [chr(i) for i in top2.id] and list(top2.id) == list(token_readout(blm, v, top_k=2).id)
     with pytest.raises(ShapeError, match=r'Valid: \(16,\)'): token_readout(blm, torch.randn(15))
     with pytest.raises(ConfigError, match='outside'): token_readout(blm, v, tokens=[30])
-
-def test_train_char_lm_short_and_deterministic():
-    m1, tok1, r1 = train_char_lm(steps=30, batch_size=8, n_tokens=20_000)
-    m2, _, _ = train_char_lm(steps=30, batch_size=8, n_tokens=20_000)
-    assert m1.state_dict().keys() == m2.state_dict().keys() and all(torch.equal(v, m2.state_dict()[k]) for k, v in m1.state_dict().items())
-    h = r1.history['loss']
-    assert len(h) == 30 and h.iloc[-5:].mean() < h.iloc[:5].mean() - 0.3
-    assert isinstance(m1.model.layers[0].mlp.act_fn, nn.Identity) and not m1.training
-    assert tok1.encode('Hi') == [72, 105]
-
-def test_shipped_char_lm():
-    from interpkit.data import corpus
-    lm, tokenizer, meta = load_char_lm()
-    assert meta['tiny_lm'] == CHAR_LM and meta['steps'] == 1000
-    assert isinstance(lm.model.layers[0].mlp.act_fn, nn.Identity)
-    b = corpus(64 * 65, tokenizer, block=65, seed=1)
-    with torch.no_grad(): lg = lm(b[:, :-1]).logits
-    loss = F.cross_entropy(lg.flatten(0, 1), b[:, 1:].flatten()).item()
-    assert loss < 2.3 < math.log(128)                               # trained: far below the uniform 4.85
-    assert eigen(token_interaction(lm, ord('\n'))).vals.shape == (64,)
 
 # ---------------------------------------------------------------- bad input
 
@@ -450,11 +432,11 @@ def test_bad_input():
     with pytest.raises(ConfigError, match='not symmetric'): eigen(torch.tensor([[1., 2.], [0., 1.]]))
     with pytest.raises(ShapeError, match='square'): eigen(torch.randn(3, 4))
     e = eigen(class_interactions(clf))
-    with pytest.raises(ConfigError, match='k=7 is out of range'): e.top(7)
+    with pytest.raises(ConfigError, match='top_k=7 is not valid'): e.top(7)
     with pytest.raises(ConfigError, match='sign'): e.top(1, 'up')
     with pytest.raises(ShapeError, match=r'Valid: \(n, 6\)'): truncate(e, torch.randn(2, 5))
     with pytest.raises(ConfigError, match='batch_size'): truncated_logits(clf, torch.randn(2, 6), 1, batch_size=0)
-    with pytest.raises(ShapeError, match='one label per input'): topk_accuracy(clf, torch.randn(4, 6), torch.zeros(3), [1])
+    with pytest.raises(ShapeError, match='one label per input'): truncated_accuracy(clf, torch.randn(4, 6), torch.zeros(3), [1])
     with pytest.raises(ConfigError, match='target=3'): eigen_attack(clf, torch.randn(2, 6), 1., target=3)
     with pytest.raises(ConfigError, match='negative'): eigen_attack(clf, torch.randn(2, 6), -1.)
     with pytest.raises(ShapeError, match='same number'): nudge_probs(clf, torch.randn(6), torch.randn(5), 1.)
@@ -509,7 +491,7 @@ def test_classifier_methods_run_in_eval_mode(untouched):
     clf = Recording(d_input=6, d_hidden=5, n_classes=3).train()
     x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
     with untouched(clf):
-        truncated_logits(clf, x, 2); topk_accuracy(clf, x, y, [1]); eigen_attack(clf, x, .5)
+        truncated_logits(clf, x, 2); truncated_accuracy(clf, x, y, [1]); eigen_attack(clf, x, .5)
     assert clf.seen and not any(clf.seen) and clf.training
 
 def test_forms_dtypes():
@@ -559,7 +541,7 @@ def test_truncation_hidden_space_and_lower_degree_terms(bias, residual):
     for k in (1, 3):
         assert np.allclose(truncated_logits(clf, x, k, 'hidden').numpy(), numpy_hidden_truncated(clf, x, k), atol=1e-9)
     want = [float((numpy_hidden_truncated(clf, x, k).argmax(-1) == y.numpy()).mean()) for k in (1, 2)]
-    assert np.allclose(topk_accuracy(clf, x, y, [1, 2], 'hidden').accuracy, want)
+    assert np.allclose(truncated_accuracy(clf, x, y, [1, 2], 'hidden').accuracy, want)
     if residual: assert not np.allclose(truncated_logits(clf, x, 1).numpy(), numpy_truncated_logits(clf, x, 1))   # the rest is kept
 
 def test_eigen_attack_edge_cases():
@@ -618,14 +600,14 @@ def test_token_readout_eps_dtypes_and_candidates():
     m = tiny_lm('gemma2', n_layers=1, d_model=16, n_heads=2, vocab_size=30, rms_norm_eps=0.5)
     E, v = m.model.embed_tokens.weight.detach().double(), torch.randn(16, dtype=torch.float64)
     ref = lambda eps: torch.stack([E[t] / (E[t].pow(2).mean() + eps).sqrt() @ v for t in range(30)])
-    df = token_readout(m, v, k=30)
+    df = token_readout(m, v, top_k=30)
     assert torch.allclose(torch.tensor(df.score.tolist(), dtype=torch.float64), ref(0.5)[df.id.tolist()], atol=1e-6)
     m16 = copy.deepcopy(m).to(torch.bfloat16)                         # bfloat16 weights, float32 vector: scored in float32
     E16 = m16.model.embed_tokens.weight.detach().double()
-    d16 = token_readout(m16, v.float(), k=30)
+    d16 = token_readout(m16, v.float(), top_k=30)
     want16 = torch.stack([E16[t] / (E16[t].pow(2).mean() + 0.5).sqrt() @ v for t in range(30)])
     assert torch.allclose(torch.tensor(d16.score.tolist(), dtype=torch.float64), want16[d16.id.tolist()], atol=1e-5)
-    assert list(token_readout(m, v, k=3, tokens=[4]).id) == [4]
+    assert list(token_readout(m, v, top_k=3, tokens=[4]).id) == [4]
     with pytest.raises(ConfigError, match='outside'): token_readout(m, v, tokens=[])
     # a norm that names no epsilon: none is added
     class NoEps(nn.Module):
@@ -635,14 +617,14 @@ def test_token_readout_eps_dtypes_and_candidates():
     with torch.no_grad(): lm.model.embed_tokens.weight.mul_(1e-3)    # mean(e²) ≈ 4e-10: an epsilon of 1e-6 or 1 would dominate
     lm.model.layers[0].post_attention_layernorm = NoEps()
     El = lm.model.embed_tokens.weight.detach().double()
-    dl = token_readout(lm, v, k=30)
+    dl = token_readout(lm, v, top_k=30)
     want = torch.stack([El[t] / El[t].pow(2).mean().sqrt() @ v for t in range(30)])
     assert torch.allclose(torch.tensor(dl.score.tolist(), dtype=torch.float64), want[dl.id.tolist()], rtol=1e-5)
 
 def test_second_round_gaps():
     from types import SimpleNamespace
     # plain Python and numpy inputs are accepted
-    assert float(eigenvalue_effective_rank([2., 1., 1.])) == pytest.approx(2 ** 1.5)
+    assert float(effective_rank([2., 1., 1.])) == pytest.approx(2 ** 1.5)
     assert torch.allclose(interaction_matrix(np.eye(2), np.eye(2), [1., -1.]), torch.tensor([[1., 0.], [0., -1.]], dtype=torch.float64))
     # a direction shorter than 1 is still normalised to unit length
     m = toy([[1., -1.], [0., 0.]])
@@ -670,8 +652,32 @@ def test_second_round_gaps():
     lm = tiny_lm('llama', n_layers=1, d_model=16, n_heads=2, vocab_size=30)
     lm.model.layers[0].post_attention_layernorm = EpsNorm()
     E, v = lm.model.embed_tokens.weight.detach().double(), torch.randn(16, dtype=torch.float64)
-    df = token_readout(lm, v, k=30)
+    df = token_readout(lm, v, top_k=30)
     want = torch.stack([E[t] / (E[t].pow(2).mean() + 0.25).sqrt() @ v for t in range(30)])
     assert torch.allclose(torch.tensor(df.score.tolist(), dtype=torch.float64), want[df.id.tolist()], atol=1e-5)
     del lm.model.layers[0].post_attention_layernorm
     with pytest.raises(SiteError, match='the norm its layout .llama. puts before the MLP'): token_readout(lm, v)
+
+# ---------------------------------------------------------------- issue 50: the old names and spellings keep working for one release, and warn
+
+def test_old_names_still_work_and_warn():
+    clf = BilinearClassifier(d_input=6, d_hidden=5, n_classes=3, seed=1)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(20, 6, generator=g), torch.randint(0, 3, (20,), generator=g)
+    e = eigen(class_interactions(clf))
+    with pytest.warns(FutureWarning, match='top_k='): assert torch.equal(e.top(k=2).vals, e.top(2).vals)
+    with pytest.warns(FutureWarning, match='rank='): assert torch.equal(truncate(e, x, k=2), truncate(e, x, 2))
+    with pytest.warns(FutureWarning, match='rank='): assert torch.equal(truncated_logits(clf, x, k=2), truncated_logits(clf, x, 2))
+    with pytest.warns(FutureWarning, match='rank='): assert eigen_attack(clf, x, .5, k=2).flip_eigen == eigen_attack(clf, x, .5, rank=2).flip_eigen
+    with pytest.warns(FutureWarning, match='ranks='): df = truncated_accuracy(clf, x, y, ks=[1, 3])
+    with pytest.warns(FutureWarning, match='truncated_accuracy'): old = bilinear_module.topk_accuracy(clf, x, y, [1, 3])
+    assert list(old.columns) == ['k', 'accuracy'] and old.accuracy.tolist() == df.accuracy.tolist()
+    with pytest.warns(FutureWarning, match='interpkit.stats'): assert bilinear_module.eigenvalue_effective_rank is effective_rank
+    from interpkit.demos import bilinear as demo
+    for name in ('CHAR_LM', 'train_char_lm', 'load_char_lm'):
+        with pytest.warns(FutureWarning, match='interpkit.demos.bilinear'): assert getattr(bilinear_module, name) is getattr(demo, name)
+    lm = to_bilinear(tiny_lm('llama', n_layers=1, d_model=16, n_heads=2, vocab_size=20))
+    v = torch.randn(16, generator=g)
+    with pytest.warns(FutureWarning, match='top_k='): assert token_readout(lm, v, k=3).equals(token_readout(lm, v, top_k=3))
+    assert not {'topk_accuracy', 'eigenvalue_effective_rank', 'CHAR_LM', 'train_char_lm', 'load_char_lm'} & set(bilinear_module.__all__)
+    with pytest.raises(AttributeError): bilinear_module.no_such_name

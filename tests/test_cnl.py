@@ -13,19 +13,23 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt
 import numpy as np, pytest, torch
 from scipy import stats
-import interpkit.train
+import interpkit.models, interpkit.train
 from interpkit.errors import ConfigError, NotFiniteError, ShapeError, SiteError
 from interpkit.models import tiny_lm, tiny_tokenizer
 from interpkit.train import assets_dir, load_asset, save_asset
 import interpkit.papers.cnl as cnl
+import interpkit.demos.cnl as demo
 from tiny_models import unit_scale_lm
-from interpkit.papers.cnl import (Capability, addition, multiplication, sentiment, code, CAPABILITIES, FACTS, PARAPHRASES, fact_paraphrases,
-                                  encode_answers, answer_scores, _answer_scores, neuron_sites, neuron_counts, ATTRIBUTIONS, POSITIONS,
+from interpkit.papers.cnl import (Capability, encode_answers, answer_scores, _answer_scores, NeuronSites, neuron_sites, ATTRIBUTIONS, POSITIONS,
                                   NeuronScores, neuron_attributions, Neurons, top_sets, commonality_neurons, Overlap, overlap, split_halves,
                                   halves_overlap, pairwise_overlap, amplified, random_neurons, neuron_parameters, finetune_neurons,
-                                  neuron_rows, with_rows, FactFidelity, fact_fidelity, CNL_RECIPE, FINETUNED, KINDS, capability_data,
-                                  train_neuron_finetune, load_neuron_finetune, overlap_table, across_table, plot_neuron_map,
-                                  explore_localization, TEMPLATES, WRAPPERS, GRID, GRID_SHOTS, template_pairs, load_template_grid)
+                                  NeuronRows, neuron_rows, with_rows, FactFidelity, fact_fidelity, overlap_table, across_table, plot_neuron_map,
+                                  explore_localization, template_pairs)
+from interpkit.demos.cnl import (addition, multiplication, sentiment, code, CAPABILITIES, FACTS, PARAPHRASES, fact_paraphrases, CNL_RECIPE, FINETUNED,
+                                 KINDS, capability_data, train_neuron_finetune, load_neuron_finetune, TEMPLATES, WRAPPERS, GRID, GRID_SHOTS,
+                                 TemplateGrid, load_template_grid)
+
+def neuron_counts(m, layers=None): return neuron_sites(m, layers).counts
 
 torch.set_num_threads(1)
 
@@ -128,12 +132,12 @@ def test_constants_and_documented_defaults():
     assert FINETUNED == 'cnl_smollm2_neurons' and set(CAPABILITIES) == {'addition', 'multiplication', 'sentiment', 'code'}
     assert CNL_RECIPE == dict(n=40, k=100, f=0.3, train_seed=0, test_seed=1, steps=20, lr=1e-3, batch_size=8, controls=(0, 1, 2), factor=1.5)
     sig = lambda fn: {k: v.default for k, v in inspect.signature(fn).parameters.items() if v.default is not inspect.Parameter.empty}
-    assert sig(neuron_attributions) == dict(layers=None, method='grad_x_act', positions='all', batch_size=8, steps=16)
+    assert sig(neuron_attributions) == dict(layers=None, method='grad_x_act', positions='all', batch_size=8, n_steps=16)
     assert sig(answer_scores) == dict(batch_size=16)
     assert sig(finetune_neurons) == dict(steps=20, lr=1e-3, batch_size=8, seed=0)
     assert sig(amplified) == dict(factor=2.0) and sig(random_neurons) == dict(seed=0, per_layer=True)
     assert sig(halves_overlap) == dict(seed=0) and sig(split_halves) == dict(seed=0) and sig(overlap_table) == dict(seed=0)
-    assert sig(across_table) == dict(measure='iou') and sig(explore_localization) == dict(f=0.3, k=100)
+    assert sig(across_table) == dict(measure='iou') and sig(explore_localization) == dict(f=0.3, top_k=100)
     assert sig(addition) == sig(multiplication) == dict(n=40, seed=0, shots=3, template='native')
     assert sig(sentiment) == sig(code) == dict(n=40, seed=0, shots=2, template='native') and sig(capability_data) == dict(split='train', template='native')
     assert TEMPLATES == ('native', 'qa', 'io', 'arrow') and GRID == 'cnl_smollm2_templates' and GRID_SHOTS == 2
@@ -476,33 +480,33 @@ def test_answer_scores_errors(tok):
 
 def test_neuron_sites_and_counts():
     m, g = model('llama'), model('gpt2')
-    assert neuron_sites(m) == {0: 'model.layers.0.mlp.down_proj:in', 1: 'model.layers.1.mlp.down_proj:in'}
-    assert neuron_sites(g) == {0: 'transformer.h.0.mlp.c_proj:in', 1: 'transformer.h.1.mlp.c_proj:in'}
-    assert neuron_sites(m, 1) == {1: 'model.layers.1.mlp.down_proj:in'} and list(neuron_sites(g, [1, 0])) == [1, 0]
-    assert neuron_sites(m, (0, 1)) == neuron_sites(m, range(2)) == neuron_sites(m)
+    assert neuron_sites(m).sites == {0: 'model.layers.0.mlp.down_proj:in', 1: 'model.layers.1.mlp.down_proj:in'}
+    assert neuron_sites(g).sites == {0: 'transformer.h.0.mlp.c_proj:in', 1: 'transformer.h.1.mlp.c_proj:in'}
+    assert neuron_sites(m, 1).sites == {1: 'model.layers.1.mlp.down_proj:in'} and list(neuron_sites(g, [1, 0]).sites) == [1, 0]
+    assert neuron_sites(m, (0, 1)).sites == neuron_sites(m, range(2)).sites == neuron_sites(m).sites
     assert neuron_counts(m) == neuron_counts(g) == {0: D_FF, 1: D_FF} and neuron_counts(m, [1]) == {1: D_FF}
     n = tiny_lm('neox', d_model=16, n_heads=2, n_layers=3)
-    assert neuron_sites(n, 2) == {2: 'gpt_neox.layers.2.mlp.dense_4h_to_h:in'} and neuron_counts(n) == {0: 64, 1: 64, 2: 64}
+    assert neuron_sites(n, 2).sites == {2: 'gpt_neox.layers.2.mlp.dense_4h_to_h:in'} and neuron_counts(n) == {0: 64, 1: 64, 2: 64}
 
 def test_neuron_sites_negative_layers_count_from_the_end():
     m = model('llama')
-    assert neuron_sites(m, -1) == {1: 'model.layers.1.mlp.down_proj:in'} and neuron_sites(m, [-2, 1]) == neuron_sites(m)
-    assert list(neuron_sites(m, [-1, -2])) == [1, 0] and neuron_counts(m, -2) == {0: D_FF}
+    assert neuron_sites(m, -1).sites == {1: 'model.layers.1.mlp.down_proj:in'} and neuron_sites(m, [-2, 1]).sites == neuron_sites(m).sites
+    assert list(neuron_sites(m, [-1, -2]).sites) == [1, 0] and neuron_counts(m, -2) == {0: D_FF}
 
 def test_neuron_sites_errors():
     m = model('llama')
     for bad in (2, 5, -3, 'a', True, False, [0, 2], [0, -3], [1.0], [None], [True]):
-        with pytest.raises(SiteError): neuron_sites(m, bad)
+        with pytest.raises(SiteError): neuron_sites(m, bad).sites
     for bad in ([], (), [0, 0], [1, -1], [0, 1, 0]):
-        with pytest.raises(ConfigError): neuron_sites(m, bad)
+        with pytest.raises(ConfigError): neuron_sites(m, bad).sites
     for unknown in (torch.nn.Linear(3, 3), torch.nn.Sequential(torch.nn.Linear(3, 3))):
-        with pytest.raises(SiteError): neuron_sites(unknown)
+        with pytest.raises(SiteError): neuron_sites(unknown).sites
         with pytest.raises(SiteError): neuron_counts(unknown)
     with pytest.raises(SiteError): neuron_counts(m, 7)
 
 def test_neuron_sites_scalar_non_int_layer_raises_site_error():
     for bad in (1.0, np.int64(1), torch.tensor(1)):
-        with pytest.raises(SiteError): neuron_sites(model('llama'), bad)
+        with pytest.raises(SiteError): neuron_sites(model('llama'), bad).sites
 
 def test_smollm2_sites_and_shipped_neurons(untouched):
     "The only test that loads SmolLM2 (a few seconds): 30 layers of 1536 neurons; the shipped neurons when the asset exists."
@@ -510,7 +514,7 @@ def test_smollm2_sites_and_shipped_neurons(untouched):
     try: m, tk = load_lm()
     except Exception as e: pytest.skip(f'SmolLM2 is not available offline: {e}')
     assert neuron_counts(m) == {l: 1536 for l in range(30)}
-    assert neuron_sites(m, [0, 29]) == {0: 'model.layers.0.mlp.down_proj:in', 29: 'model.layers.29.mlp.down_proj:in'}
+    assert neuron_sites(m, [0, 29]).sites == {0: 'model.layers.0.mlp.down_proj:in', 29: 'model.layers.29.mlp.down_proj:in'}
     if (assets_dir()/f'{GRID}.safetensors').exists():   # the template grid: the first prompts of two cells attributed again here
         grid, meta = load_template_grid()
         assert set(grid) == {(c, t) for c in CAPABILITIES for t in TEMPLATES} and meta['K'] == CNL_RECIPE['k'] and meta['n'] == CNL_RECIPE['n']
@@ -521,9 +525,9 @@ def test_smollm2_sites_and_shipped_neurons(untouched):
             assert torch.allclose(live.logprob, grid[cap, t].logprob[:3], atol=1e-4)
     if not (assets_dir()/f'{FINETUNED}.safetensors').exists(): pytest.skip(f'{FINETUNED} not built yet (tools/make_cnl_assets.py)')
     with untouched(m):
-        tuned, none, meta = load_neuron_finetune('addition', model=m)
+        tuned, none, meta = load_neuron_finetune(m, tk, 'addition')
     mask = meta['neurons'].mask
-    assert none is None and mask.shape == (30, 1536) and mask.any() and set(meta) == {'neurons', 'recipe', 'training'}
+    assert none is tk and mask.shape == (30, 1536) and mask.any() and set(meta) == {'neurons', 'recipe', 'training'}
     changed = torch.zeros_like(mask)
     for (n, p), q in zip(m.named_parameters(), tuned.parameters()):
         if torch.equal(p, q): continue
@@ -612,10 +616,10 @@ def test_attributions_leave_the_model_untouched_when_they_raise(method, tok, unt
     def boom(mod, args, out): raise Boom()
     h = m.lm_head.register_forward_hook(boom)                         # raises after the neuron sites ran
     try:
-        with untouched(m, tok), pytest.raises(Boom): neuron_attributions(m, tok, word_data(2), method=method, steps=4)
+        with untouched(m, tok), pytest.raises(Boom): neuron_attributions(m, tok, word_data(2), method=method, n_steps=4)
     finally: h.remove()
     # a bad item in the second batch: the first batch's hooks are gone
-    with untouched(m, tok), pytest.raises(ConfigError): neuron_attributions(m, tok, (['w1', 'w2'], [' w3', 'w4']), method=method, batch_size=1, steps=4)
+    with untouched(m, tok), pytest.raises(ConfigError): neuron_attributions(m, tok, (['w1', 'w2'], [' w3', 'w4']), method=method, batch_size=1, n_steps=4)
 
 def test_attributions_not_finite(tok, untouched):
     m = model('llama', seed=9)
@@ -625,12 +629,12 @@ def test_attributions_not_finite(tok, untouched):
 def test_attributions_bad_arguments(tok):
     m, d = model('llama'), word_data(2)
     for kw in (dict(method='grad'), dict(method='IG'), dict(positions='first'), dict(positions=None), dict(batch_size=0), dict(layers=[3]),
-               dict(layers=[]), dict(method='ig', steps=1), dict(method='ig', steps=0), dict(method='ig', steps=True), dict(method='ig', steps=4.0)):
+               dict(layers=[]), dict(method='ig', n_steps=1), dict(method='ig', n_steps=0), dict(method='ig', n_steps=True), dict(method='ig', n_steps=4.0)):
         with pytest.raises((ConfigError, SiteError)): neuron_attributions(m, tok, d, **kw)
     with pytest.raises(SiteError): neuron_attributions(m, tok, d, layers=[3])
     with pytest.raises(ConfigError): neuron_attributions(m, None, d)
     with pytest.raises(ConfigError): neuron_attributions(m, tok, ([], []))
-    assert neuron_attributions(m, tok, d, method='ig', steps=2).scores.shape == (2, 2, D_FF)
+    assert neuron_attributions(m, tok, d, method='ig', n_steps=2).scores.shape == (2, 2, D_FF)
 
 # ---------------------------------------------------------------- attributions: integrated gradients
 
@@ -664,7 +668,7 @@ IG_STEPS = 64
 def test_ig_completeness(arch, positions, tok):
     "Per sample and layer: the attributions sum to logprob(model) - logprob(that layer's neurons zeroed at the chosen positions)."
     m, P, A = ig_case(arch, positions, 10)
-    s = neuron_attributions(m, tok, (P, A), method='ig', positions=positions, steps=IG_STEPS, batch_size=2)
+    s = neuron_attributions(m, tok, (P, A), method='ig', positions=positions, n_steps=IG_STEPS, batch_size=2)
     want = completeness_gaps(m, P, A, positions)
     assert (want.abs() > 1e-2).all()
     assert torch.allclose(s.scores.double().sum(-1), want, rtol=1e-4, atol=1e-5)
@@ -673,7 +677,7 @@ def test_ig_completeness(arch, positions, tok):
 @pytest.mark.parametrize('positions', ['last', 'all'])
 def test_ig_fields_untouched_and_logprob(arch, positions, tok, untouched):
     m, P, A = ig_case(arch, positions, 10)
-    with untouched(m, tok): s = neuron_attributions(m, tok, (P, A), method='ig', positions=positions, steps=IG_STEPS, batch_size=2)
+    with untouched(m, tok): s = neuron_attributions(m, tok, (P, A), method='ig', positions=positions, n_steps=IG_STEPS, batch_size=2)
     assert (s.method, s.positions, s.scores.dtype, s.scores.shape) == ('ig', positions, torch.float32, (3, 2, D_FF))
     lp = torch.tensor([ref_logprob(m, p, a) for p, a in zip(P, A)], dtype=torch.float64)
     assert torch.allclose(s.logprob.double(), lp, rtol=1e-6, atol=1e-6)
@@ -707,7 +711,7 @@ def test_ig_matches_a_hand_written_riemann_integral(tok):
     m = model('llama', seed=12, dtype=torch.float64)
     P, A = ['w10 w20 w30', 'w7'], [' w40 w50', ' w60 w61 w62']
     for positions in ('all', 'last'):
-        s = neuron_attributions(m, tok, (P, A), method='ig', positions=positions, steps=IG_STEPS)
+        s = neuron_attributions(m, tok, (P, A), method='ig', positions=positions, n_steps=IG_STEPS)
         for i in range(2):
             pos = None if positions == 'all' else len(ids_of(P[i])) - 1
             want = ref_ig(m, P[i], A[i], 1, pos)
@@ -720,11 +724,11 @@ def test_ig_matches_a_hand_written_riemann_integral(tok):
 def test_ig_is_per_example_and_logprob_is_answer_scores(tok):
     m = model('gpt2', seed=13, dtype=torch.float64)
     P, A = word_data(4, seed=14, lo=1, hi=7)
-    a = neuron_attributions(m, tok, (P, A), method='ig', batch_size=4, steps=8)
-    b = neuron_attributions(m, tok, (P, A), method='ig', batch_size=1, steps=8)
+    a = neuron_attributions(m, tok, (P, A), method='ig', batch_size=4, n_steps=8)
+    b = neuron_attributions(m, tok, (P, A), method='ig', batch_size=1, n_steps=8)
     assert torch.allclose(a.scores, b.scores, rtol=1e-5, atol=1e-7)
     assert np.allclose(a.logprob.numpy(), answer_scores(m, tok, (P, A))['logprob'], rtol=1e-6, atol=1e-6)
-    c = neuron_attributions(m, tok, (P, A), method='ig', batch_size=4, steps=9)
+    c = neuron_attributions(m, tok, (P, A), method='ig', batch_size=4, n_steps=9)
     assert not torch.allclose(a.scores, c.scores, rtol=0, atol=1e-9)  # steps reaches the integral
 
 # ---------------------------------------------------------------- top sets and commonality
@@ -1045,7 +1049,7 @@ def test_neuron_parameters_phi3_fused_gate_up(tok):
     assert changed == [1, 5, d_ff + 1, d_ff + 5]
     assert ((tuned.model.layers[0].mlp.down_proj.weight != mlp.down_proj.weight).any(0).nonzero()[:, 0].tolist()) == [1, 5]
     assert all(torch.equal(p, q) for (n, p), q in zip(m.named_parameters(), tuned.parameters()) if 'layers.0.mlp' not in n)
-    back = with_rows(m, neuron_rows(tuned, neurons))
+    back = with_rows(m, neuron_rows(tuned, neurons).tensors)
     assert all(torch.equal(p, q) for p, q in zip(back.parameters(), tuned.parameters()))
 
 def neuron_mask(m, name, neurons:Neurons) -> torch.Tensor|None:
@@ -1142,7 +1146,7 @@ def test_neuron_rows_round_trip(arch, tok, untouched):
     m = model(arch, seed=23, gain=0.5)
     N = Neurons(mask_of((2, D_FF), {0: [7], 1: [0, 33, 64]}), [0, 1])
     tuned, _ = finetune_neurons(m, tok, word_data(4, seed=24), N, steps=3, lr=1e-2, batch_size=2)
-    rows = neuron_rows(tuned, N)
+    rows = neuron_rows(tuned, N).tensors
     assert rows['index.0'].tolist() == [7] and rows['index.1'].tolist() == [0, 33, 64]
     for l in (0, 1):
         idx = N.mask[l].nonzero()[:, 0]
@@ -1159,7 +1163,7 @@ def test_neuron_rows_round_trip(arch, tok, untouched):
     with untouched(m): back = with_rows(m, rows)
     assert back is not m and all(torch.equal(p, q) for p, q in zip(back.parameters(), tuned.parameters()))
     assert not all(torch.equal(p, q) for p, q in zip(m.parameters(), tuned.parameters()))
-    only1 = neuron_rows(tuned, Neurons(N.mask[1:], [1]))
+    only1 = neuron_rows(tuned, Neurons(N.mask[1:], [1])).tensors
     assert set(only1) == {k for k in rows if '.1.' in k or k == 'index.1'}
     part = with_rows(m, only1)
     for (n, p), q, r in zip(m.named_parameters(), part.parameters(), tuned.parameters()):
@@ -1168,37 +1172,37 @@ def test_neuron_rows_round_trip(arch, tok, untouched):
 def test_with_rows_bad_rows():
     m = model('llama')
     N = Neurons(mask_of((2, D_FF), {1: [3, 7]}), [0, 1])
-    rows = neuron_rows(m, N)
+    rows = neuron_rows(m, N).tensors
     assert set(rows) == {'index.1', 'model.layers.1.mlp.gate_proj.weight|0', 'model.layers.1.mlp.up_proj.weight|0', 'model.layers.1.mlp.down_proj.weight|1'}
     with pytest.raises(ConfigError): with_rows(m, {k: v for k, v in rows.items() if 'up_proj' not in k})
     with pytest.raises(ConfigError): with_rows(m, {k: v for k, v in rows.items() if k != 'index.1'})
-    with pytest.raises(ConfigError): with_rows(m, neuron_rows(model('gpt2'), N))
+    with pytest.raises(ConfigError): with_rows(m, neuron_rows(model('gpt2'), N).tensors)
     with pytest.raises(SiteError): with_rows(m, {**rows, 'index.5': torch.tensor([1])})
     with pytest.raises(ShapeError): with_rows(m, {**rows, 'model.layers.1.mlp.gate_proj.weight|0': torch.zeros(3, D_MODEL)})
     with pytest.raises(ShapeError): with_rows(m, {**rows, 'model.layers.1.mlp.down_proj.weight|1': torch.zeros(D_MODEL, 2, 1)})
-    with pytest.raises(ConfigError): neuron_rows(m, N.mask)
+    with pytest.raises(ConfigError): neuron_rows(m, N.mask).tensors
 
 def test_with_rows_wrong_rank_or_width_is_a_shape_error():
     m = model('llama')
-    rows = neuron_rows(m, Neurons(mask_of((2, D_FF), {1: [3, 7]}), [0, 1]))
+    rows = neuron_rows(m, Neurons(mask_of((2, D_FF), {1: [3, 7]}), [0, 1])).tensors
     for key, bad in [('model.layers.1.mlp.down_proj.weight|1', torch.zeros(2)), ('model.layers.1.mlp.gate_proj.weight|0', torch.zeros(2, 5))]:
         with pytest.raises(ShapeError): with_rows(m, {**rows, key: bad})
 
 def test_train_neuron_finetune_keeps_the_training_code_alive(tok, untouched):
     m = model('llama', seed=25, gain=0.5)
     N = Neurons(mask_of((2, D_FF), {0: [5, 6]}), [0, 1])
-    with untouched(m, tok): tuned, none, res = train_neuron_finetune('sentiment', N, m, tok, steps=3)
-    assert none is None and len(res.history) == 3
+    with untouched(m, tok): tuned, none, res = train_neuron_finetune(m, tok, 'sentiment', N, steps=3)
+    assert none is tok and len(res.history) == 3
     check_only_neurons_changed(m, tuned, N)
     # the recipe's learning rate and batch size: the same as finetune_neurons with them
     want, _ = finetune_neurons(m, tok, capability_data('sentiment'), N, 3, CNL_RECIPE['lr'], CNL_RECIPE['batch_size'])
     assert all(torch.equal(p, q) for p, q in zip(tuned.parameters(), want.parameters()))
-    _, _, full = train_neuron_finetune('code', N, m, tok)
+    _, _, full = train_neuron_finetune(m, tok, 'code', N)
     assert len(full.history) == CNL_RECIPE['steps']
-    with pytest.raises(ConfigError): train_neuron_finetune('division', N, m, tok, steps=1)
+    with pytest.raises(ConfigError): train_neuron_finetune(m, tok, 'division', N, steps=1)
 
 def test_train_neuron_finetune_steps_zero_raises(tok):
-    with pytest.raises(ConfigError): train_neuron_finetune('code', Neurons(mask_of((2, D_FF), {0: [5]}), [0, 1]), model('llama'), tok, steps=0)
+    with pytest.raises(ConfigError): train_neuron_finetune(model('llama'), tok, 'code', Neurons(mask_of((2, D_FF), {0: [5]}), [0, 1]), steps=0)
 
 def test_load_neuron_finetune_reads_the_asset_layout(tmp_path, monkeypatch, untouched):
     "A fake asset in the layout tools/make_cnl_assets.py writes ('<capability>/<kind>/<rows key>', '<capability>/<kind>.mask')."
@@ -1212,25 +1216,25 @@ def test_load_neuron_finetune_reads_the_asset_layout(tmp_path, monkeypatch, unto
             with torch.no_grad():
                 for p in src.parameters(): p.add_(torch.randn(p.shape, generator=g))
             masks[cap, kind] = (N, src)
-            tensors |= {f'{cap}/{kind}/{k}': v.contiguous() for k, v in neuron_rows(src, N).items()}
+            tensors |= {f'{cap}/{kind}/{k}': v.contiguous() for k, v in neuron_rows(src, N).tensors.items()}
             tensors[f'{cap}/{kind}.mask'] = N.mask.to(torch.uint8)
     training = {cap: dict(commonality=dict(loss=[1.0, 0.5]), random=dict(loss=[1.0, 0.9])) for cap in ('addition', 'code')}
     save_asset(FINETUNED, tensors, dict(recipe=CNL_RECIPE, training=training), folder=tmp_path)
     fake = lambda name, folder=None: load_asset(name, tmp_path)
     monkeypatch.setattr(interpkit.train, 'load_asset', fake)
-    monkeypatch.setattr(cnl, 'load_asset', fake, raising=False)
+    monkeypatch.setattr(demo, 'load_asset', fake)
     for cap, kind in masks:
         N, src = masks[cap, kind]
-        with untouched(m): tuned, none, meta = load_neuron_finetune(cap, kind, model=m)
+        with untouched(m): tuned, none, meta = load_neuron_finetune(m, None, cap, kind)
         assert none is None and torch.equal(meta['neurons'].mask, N.mask) and meta['neurons'].layers == [0, 1]
         assert meta['training'] == training[cap][kind] and meta['recipe']['k'] == 100
         for (name, p), q, r in zip(m.named_parameters(), tuned.parameters(), src.parameters()):   # the neurons' entries from src, the rest from m
             allowed = neuron_mask(m, name, N)
             if allowed is None: allowed = torch.zeros_like(p, dtype=torch.bool)
             assert torch.equal(q[allowed], r[allowed]) and torch.equal(q[~allowed], p[~allowed]), (cap, kind, name)
-    assert len(load_neuron_finetune('code', model=m)[2]['neurons']) == 3          # kind defaults to 'commonality'
-    with pytest.raises(ConfigError): load_neuron_finetune('division', model=m)
-    with pytest.raises(ConfigError): load_neuron_finetune('code', 'rand', model=m)
+    assert len(load_neuron_finetune(m, capability='code')[2]['neurons']) == 3          # kind defaults to 'commonality'
+    with pytest.raises(ConfigError): load_neuron_finetune(m, capability='division')
+    with pytest.raises(ConfigError): load_neuron_finetune(m, None, 'code', 'rand')
 
 # ---------------------------------------------------------------- tables, map and widget view
 
@@ -1311,7 +1315,7 @@ def test_load_template_grid_reads_the_asset_layout(tmp_path, monkeypatch):
             tensors |= {f'{cap}/{t}/top': i.int(), f'{cap}/{t}/value': v, f'{cap}/{t}/logprob': -torch.rand(5, generator=g)}
     meta = dict(capabilities=['addition', 'code'], templates=['native', 'qa'], K=K, n=5, shots=2, shape=[L, d], method='grad_x_act', positions='all')
     save_asset(GRID, tensors, meta, folder=tmp_path)
-    monkeypatch.setattr(cnl, 'load_asset', lambda name, folder=None: load_asset(name, tmp_path))
+    monkeypatch.setattr(demo, 'load_asset', lambda name, folder=None: load_asset(name, tmp_path))
     grid, got_meta = load_template_grid()
     assert list(grid) == [('addition', 'native'), ('addition', 'qa'), ('code', 'native'), ('code', 'qa')] and got_meta['K'] == K
     for key, s in grid.items():
@@ -1341,7 +1345,7 @@ def test_explore_localization_by_hand(table_scores):
     sets = {n: ref_common(s.scores, 4, 0.4) for n, s in table_scores.items()}
     a, b = split_halves(12, 0)
     for cap in ('A', 'B'):
-        fig, df = explore_localization(table_scores, cap, f=0.4, k=4)
+        fig, df = explore_localization(table_scores, cap, f=0.4, top_k=4)
         others = [n for n in table_scores if n != cap]
         assert list(df.index) == [f'{cap} (halves)'] + others and list(df.columns) == ['rate', 'iou', 'chance_rate']
         halves = ref_overlap(ref_common(table_scores[cap].scores[a], 4, 0.4), ref_common(table_scores[cap].scores[b], 4, 0.4), 16)
@@ -1352,14 +1356,16 @@ def test_explore_localization_by_hand(table_scores):
         line = fig.axes[0].get_lines()
         assert len(line) == 1 and list(line[0].get_ydata()) == [sum(1 for i in sets[cap] if i // 8 == l) for l in (0, 1)]
     with pytest.raises(ConfigError): explore_localization(table_scores, 'A')   # the defaults f=0.3, k=100: k > the 16 neurons
-    with pytest.raises(ConfigError): explore_localization(table_scores, 'D', k=4)
+    with pytest.raises(ConfigError): explore_localization(table_scores, 'D', top_k=4)
 
 def test_model_given_by_name_is_loaded_with_its_tokenizer(tok, monkeypatch):
     "A short name, hub id or path goes to `load_lm`; its tokenizer is used unless one is given."
     m = model('llama', seed=30, dtype=torch.float64)
     asked = []
-    def fake_load_lm(name): asked.append(name); return m, tok
-    monkeypatch.setattr(cnl, 'load_lm', fake_load_lm)
+    def fake_load_lm(name, tokenizer=None, **kw):   # what `resolve_lm` calls: a name is loaded, a model object passes through
+        if not isinstance(name, str): return name, tokenizer
+        asked.append(name); return m, tok if tokenizer is None else tokenizer
+    monkeypatch.setattr(interpkit.models, 'load_lm', fake_load_lm)
     P, A = word_data(4, seed=31)
     want = [ref_logprob(m, p, a) for p, a in zip(P, A)]
     assert np.allclose(answer_scores('my/model', None, (P, A))['logprob'], want, rtol=1e-9, atol=1e-9) and asked == ['my/model']
@@ -1367,3 +1373,90 @@ def test_model_given_by_name_is_loaded_with_its_tokenizer(tok, monkeypatch):
     assert encode_answers(other, (['w70 w1'], [' w2']))['input_ids'].tolist() != encode_answers(tok, (['w70 w1'], [' w2']))['input_ids'].tolist()
     got = answer_scores('my/model', other, (['w70 w1'], [' w2']))['logprob'][0]
     assert got == pytest.approx(answer_scores(m, other, (['w70 w1'], [' w2']))['logprob'][0]) and got != pytest.approx(ref_logprob(m, 'w70 w1', ' w2'))
+
+# ---------------------------------------------------------------- issue 50: results, the demo module, the old spellings
+
+def test_neuron_sites_is_a_result_with_the_counts():
+    m = model('llama')
+    ns = neuron_sites(m, [1, 0])
+    assert isinstance(ns, NeuronSites) and ns.layers == [1, 0] and len(ns) == 2
+    assert ns.counts == {1: D_FF, 0: D_FF} and ns.sites[1] == 'model.layers.1.mlp.down_proj:in'
+    assert m.get_submodule(ns.sites[0][:-3]).in_features == ns.counts[0]   # the width the projection reads, from the module itself
+
+def test_neuron_rows_result_and_its_tensors_both_rebuild(tok):
+    m = model('llama', seed=31)
+    N = Neurons(mask_of((2, D_FF), {0: [2], 1: [4, 9]}), [0, 1])
+    tuned, _ = finetune_neurons(m, tok, word_data(3, seed=32), N, steps=2, lr=1e-2, batch_size=2)
+    rows = neuron_rows(tuned, N)
+    assert isinstance(rows, NeuronRows) and len(rows) == len(rows.tensors) == 2 + 6
+    for back in (with_rows(m, rows), with_rows(m, rows.tensors)):
+        assert all(torch.equal(p, q) for p, q in zip(back.parameters(), tuned.parameters()))
+
+MOVED = ('WRAPPERS', 'TEMPLATES', 'addition', 'multiplication', 'sentiment', 'code', 'CAPABILITIES', 'FACTS', 'PARAPHRASES', 'fact_paraphrases',
+         'CNL_RECIPE', 'FINETUNED', 'KINDS', 'GRID', 'GRID_SHOTS', 'capability_data', 'train_neuron_finetune', 'load_neuron_finetune', 'load_template_grid')
+
+@pytest.mark.parametrize('name', MOVED)
+def test_demo_names_moved_still_work_from_the_paper_module(name):
+    with pytest.warns(FutureWarning, match=f'interpkit.demos.cnl.{name}'): old = getattr(cnl, name)
+    assert old is getattr(demo, name) and name not in cnl.__all__ and name in demo.__all__
+
+def test_paper_module_imports_no_demo_module():
+    import pathlib
+    assert not [l for l in pathlib.Path(cnl.__file__).read_text().splitlines() if l.lstrip().startswith(('from interpkit.demos', 'import interpkit.demos'))]
+
+@pytest.mark.parametrize('fn, args', [(top_sets, ()), (commonality_neurons, (0.5,)), (halves_overlap, (0.5,)), (pairwise_overlap, ()),
+                                      (overlap_table, (0.5,)), (across_table, (0.5,))])
+def test_k_is_now_top_k(fn, args):
+    toy = torch.tensor([[[5., 4, 0, 0]], [[5., 0, 4, 0]], [[5., 0, 0, 4]], [[0., 5, 4, 0]]])
+    s = {'a': toy, 'b': toy[[1, 2, 3]]} if fn in (overlap_table, across_table) else toy
+    new = fn(s, *args[:0], top_k=2, **({'f': args[0]} if args else {}))
+    with pytest.warns(FutureWarning, match='top_k='): old = fn(s, k=2, **({'f': args[0]} if args else {}))
+    if isinstance(new, torch.Tensor): assert torch.equal(old, new)
+    elif hasattr(new, 'equals'): assert old.equals(new)   # a DataFrame
+    elif isinstance(new, Neurons): assert torch.equal(old.mask, new.mask) and torch.equal(old.frequency, new.frequency)
+    else: assert old == new
+
+def test_k_is_now_top_k_fact_fidelity_template_pairs_and_explore():
+    toy = torch.tensor([[[5., 4, 0, 0]], [[5., 0, 4, 0]], [[5., 0, 0, 4]], [[0., 5, 4, 0]]])
+    facts = [NeuronScores(toy[:2], [0], torch.zeros(2), 'grad_x_act', 'all'), NeuronScores(toy[2:], [0], torch.zeros(2), 'grad_x_act', 'all')]
+    with pytest.warns(FutureWarning, match='top_k='): assert fact_fidelity(facts, k=2) == fact_fidelity(facts, top_k=2)
+    grid = {('a', 'qa'): toy, ('b', 'qa'): toy[[1, 2, 3]]}
+    with pytest.warns(FutureWarning, match='top_k='): assert template_pairs(grid, k=2, f=0.5).equals(template_pairs(grid, top_k=2, f=0.5))
+    with pytest.warns(FutureWarning, match='top_k='): _, view = explore_localization({'a': toy, 'b': toy[[1, 2, 3]]}, 'a', f=0.5, k=2)
+    plt.close('all')
+    assert view.equals(explore_localization({'a': toy, 'b': toy[[1, 2, 3]]}, 'a', f=0.5, top_k=2)[1])
+
+def test_steps_is_now_n_steps(tok):
+    m, d = model('llama', seed=33), word_data(2, seed=34)
+    with pytest.warns(FutureWarning, match='n_steps='): old = neuron_attributions(m, tok, d, method='ig', steps=3)
+    assert torch.equal(old.scores, neuron_attributions(m, tok, d, method='ig', n_steps=3).scores)
+
+def test_neuron_counts_is_deprecated():
+    m = model('gpt2')
+    with pytest.warns(FutureWarning, match='neuron_sites'): old = cnl.neuron_counts(m, [1])
+    assert old == {1: D_FF} and 'neuron_counts' not in cnl.__all__
+
+def test_trainer_and_loader_old_argument_order_warns(tok, tmp_path, monkeypatch):
+    m = model('llama', seed=35)
+    N = Neurons(mask_of((2, D_FF), {1: [1, 2]}), [0, 1])
+    new = train_neuron_finetune(m, tok, 'sentiment', N, steps=2)
+    with pytest.warns(FutureWarning, match='first argument'): old = train_neuron_finetune('sentiment', N, m, tok, steps=2)
+    assert type(new).__name__ == 'Trained' and all(torch.equal(p, q) for p, q in zip(old.model.parameters(), new.model.parameters()))
+    save_asset(FINETUNED, {**{f'code/random/{k}': v.contiguous() for k, v in neuron_rows(new.model, N).tensors.items()}, 'code/random.mask': N.mask.to(torch.uint8)},
+               dict(recipe=CNL_RECIPE, training={'code': {'random': {'loss': [1.0]}}}), folder=tmp_path)
+    monkeypatch.setattr(demo, 'load_asset', lambda name, folder=None: load_asset(name, tmp_path))
+    shipped = load_neuron_finetune(m, tok, 'code', 'random')
+    assert type(shipped).__name__ == 'Shipped' and shipped.tokenizer is tok and torch.equal(shipped.meta['neurons'].mask, N.mask)
+    assert all(torch.equal(p, q) for p, q in zip(shipped.model.parameters(), new.model.parameters()))
+    with pytest.warns(FutureWarning, match='first argument'): old = load_neuron_finetune('code', 'random', m)
+    assert old.tokenizer is None and all(torch.equal(p, q) for p, q in zip(old.model.parameters(), new.model.parameters()))
+
+def test_template_grid_is_a_result_that_unpacks(tmp_path, monkeypatch):
+    tensors = {'addition/native/top': torch.tensor([[0, 3]], dtype=torch.int32), 'addition/native/value': torch.tensor([[2., 1.]]), 'addition/native/logprob': torch.tensor([-1.])}
+    save_asset(GRID, tensors, dict(capabilities=['addition'], templates=['native'], K=2, n=1, shots=2, shape=[2, 2], method='grad_x_act', positions='all'), folder=tmp_path)
+    monkeypatch.setattr(demo, 'load_asset', lambda name, folder=None: load_asset(name, tmp_path))
+    g = load_template_grid()
+    assert isinstance(g, TemplateGrid) and g.meta['K'] == 2
+    assert g.scores['addition', 'native'].scores.tolist() == [[[2., 0.], [0., 1.]]]
+    scores, meta = g
+    assert scores is g.scores and meta is g.meta

@@ -3,7 +3,7 @@ import collections, importlib.util, itertools, math, os
 from pathlib import Path
 import pytest, torch
 from sklearn.datasets import load_digits
-from interpkit.data import digits, shakespeare_texts, shakespeare_titles, shakespeare_docs, corpus, CharTokenizer, fill, slots
+from interpkit.data import digits, shakespeare_texts, shakespeare_titles, shakespeare_docs, corpus, char_tokenizer, fill, slots
 from interpkit.errors import ConfigError
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
@@ -86,7 +86,7 @@ def check_blocks(blocks, decode, eos, source):
             assert norm(p) in source, p[:80]
 
 def test_corpus_char(source):
-    tok = CharTokenizer()
+    tok = char_tokenizer()
     b = corpus(5000, tok, block=100, seed=0)
     assert b.shape == (50, 100) and b.dtype == torch.long
     assert int(b.min()) >= 0 and int(b.max()) < 128
@@ -102,7 +102,7 @@ def test_corpus_plain_function(source):
     check_blocks(b, lambda r: ''.join(map(chr, r.tolist())), None, source)
 
 def test_corpus_errors():
-    tok = CharTokenizer()
+    tok = char_tokenizer()
     with pytest.raises(ConfigError, match='smaller than block'): corpus(10, tok, block=64)
     with pytest.raises(ConfigError, match='more than the corpus holds'): corpus(10**9, tok)
     with pytest.raises(ConfigError, match='not callable'): corpus(1000, 42)

@@ -10,9 +10,13 @@ from torch import nn
 from diffusers import DDIMScheduler, DDPMScheduler
 from interpkit.errors import ConfigError, NotFiniteError, ShapeError
 import interpkit.papers.diffusion_influence as di
+import interpkit.demos.diffusion_influence as demo
+from interpkit.diffusion import denoiser_forward
+from interpkit.grads import grad_modules as influence_modules, project_flat
 from interpkit.papers.diffusion_influence import (CURVATURES, DDPM_SCHEDULER, MEASUREMENTS, draws, elbo_weights, measurement_grads, ggn_curvature,
-                                                  influence_modules, influence_params, influence_scores, lds, measure, noised, precondition, project,
-                                                  retrain_ceiling, spearman, tiny_ddpm, top_influences, train_ddpm, trak_scores)
+                                                  influence_params, influence_scores, lds, measure, noised, precondition,
+                                                  retrain_ceiling, spearman, top_influences, trak_scores)
+from interpkit.demos.diffusion_influence import tiny_ddpm, train_influence_demo as train_ddpm
 
 torch.set_num_threads(1)
 SCHED = DDPMScheduler(**DDPM_SCHEDULER)
@@ -42,12 +46,13 @@ def test_example_grads_equal_autograd(kind, measurement, untouched):
     sched = sched_of(kind)
     x = torch.randn(3, 1, 8, 8, dtype=torch.float64)
     k = 6
-    t, eps = draws(3, k, (1, 8, 8), 1000, seed=4)
-    t[0, 0] = 0   # the reconstruction term appears in the ELBO only
+    seed = next(s for s in range(10_000) if (draws(3, k, (1, 8, 8), 1000, seed=s)[0][:, 0] == 0).any())   # a draw at t = 0: the reconstruction term appears in the ELBO only
+    t, eps = draws(3, k, (1, 8, 8), 1000, seed=seed)
+    assert (t == 0).any()
     params = influence_params(influence_modules(m))
     with untouched(m):
-        got = di._batch_grads(m, sched, di._schedule(sched), x, t, eps.double(), measurement, di.denoiser_forward, influence_modules(m))
-        vals = measure(m, sched, x, measurement, k=k, seed=4, batch_size=5)
+        got = measurement_grads(m, sched, x, measurement, n_draws=k, seed=seed, batch_size=2 * k)
+        vals = measure(m, sched, x, measurement, n_draws=k, seed=4, batch_size=5)
     for i in range(3):
         terms = ref_terms(m, sched, x[i:i + 1], t[i], eps[i].double(), measurement)
         ref = torch.cat([p.flatten() for p in torch.autograd.grad(terms.mean(), params)])
@@ -56,18 +61,24 @@ def test_example_grads_equal_autograd(kind, measurement, untouched):
     ref_vals = torch.stack([ref_terms(m, sched, x[i:i + 1], t2[i], e2[i].double(), measurement).mean() for i in range(3)])
     torch.testing.assert_close(vals, ref_vals.detach(), rtol=1e-10, atol=1e-12)
 
+def _conditional_unet():
+    "The demo's UNet with two class embeddings (seed 3)."
+    from diffusers import UNet2DModel
+    from interpkit.train import seeded
+    with seeded(3): return UNet2DModel(**{**demo._DIGIT_UNET, **demo.DDPM_UNET, 'num_class_embeds': 2})
+
 def test_conditional_model_gradients_measure_and_curvature(untouched):
     "A class-conditional UNet: each image's label reaches the model in every function."
-    m = di.digit_unet(seed=3, block_out_channels=(8, 16), norm_num_groups=4, num_class_embeds=2).double()
+    m = _conditional_unet().double()
     x = torch.randn(3, 1, 8, 8, dtype=torch.float64)
     y = torch.tensor([0, 1, 1])
     t, eps = draws(3, 4, (1, 8, 8), 1000, seed=0)
     params = influence_params(influence_modules(m))
     with untouched(m):
-        got = measurement_grads(m, SCHED, x, 'loss', k=4, batch_size=8, cond=y)
-        vals = measure(m, SCHED, x, 'loss', k=4, cond=y)
-        other = measure(m, SCHED, x, 'loss', k=4, cond=1 - y)
-        op = ggn_curvature(m, SCHED, x, 'kfac', samples=2, cond=y)
+        got = measurement_grads(m, SCHED, x, 'loss', n_draws=4, batch_size=8, cond=y)
+        vals = measure(m, SCHED, x, 'loss', n_draws=4, cond=y)
+        other = measure(m, SCHED, x, 'loss', n_draws=4, cond=1 - y)
+        op = ggn_curvature(m, SCHED, x, 'kfac', n_draws=2, cond=y)
     for i in range(3):
         ab = SCHED.alphas_cumprod.double()[t[i]].view(-1, 1, 1, 1)
         xt = ab.sqrt() * x[i] + (1 - ab).sqrt() * eps[i].double()
@@ -76,16 +87,17 @@ def test_conditional_model_gradients_measure_and_curvature(untouched):
         torch.testing.assert_close(vals[i], terms.mean().detach(), rtol=1e-10, atol=1e-12)
     assert not torch.allclose(vals, other) and op.shape[1] == got.shape[1]
     with pytest.raises(ShapeError, match='one row per image'): measure(m, SCHED, x, cond=y[:2])
-    trained = di.digit_unet(seed=3, block_out_channels=(8, 16), norm_num_groups=4, num_class_embeds=2)
+    trained = _conditional_unet()
     before = [p.clone() for p in trained.parameters()]
-    out, _, _ = train_ddpm(x.float(), steps=2, progress=False, model=trained, scheduler=SCHED, cond=y)
+    from interpkit.diffusion import train_ddpm as core_train_ddpm   # the general trainer: any denoiser, scheduler, condition
+    out, _, _ = core_train_ddpm(trained, SCHED, x, y, common_draws=True, steps=2, batch_size=None, lr=3e-3, progress=False)
     assert out is trained and not all(torch.equal(a, b) for a, b in zip(before, trained.parameters()))
 
 def test_example_grads_batching_and_chunks_agree():
     m = tiny_ddpm(2)
     x = torch.randn(5, 1, 8, 8)
-    a = measurement_grads(m, SCHED, x, 'loss', k=4, seed=1, batch_size=4)    # one image per pass
-    b = measurement_grads(m, SCHED, x, 'loss', k=4, seed=1, batch_size=64)   # all at once
+    a = measurement_grads(m, SCHED, x, 'loss', n_draws=4, seed=1, batch_size=4)    # one image per pass
+    b = measurement_grads(m, SCHED, x, 'loss', n_draws=4, seed=1, batch_size=64)   # all at once
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     assert a.shape == (5, sum(p.numel() for p in influence_params(influence_modules(m))))
 
@@ -112,7 +124,7 @@ def test_measure_elbo_vs_simplified_differ_by_t0_terms():
     m = tiny_ddpm(3)
     x = torch.randn(2, 1, 8, 8)
     k = 1000   # stratified: every timestep once, t = 0 included
-    el, se = measure(m, SCHED, x, 'elbo', k=k), measure(m, SCHED, x, 'simplified_elbo', k=k)
+    el, se = measure(m, SCHED, x, 'elbo', n_draws=k), measure(m, SCHED, x, 'simplified_elbo', n_draws=k)
     t, eps = draws(2, k, (1, 8, 8), 1000, seed=0)
     assert (t[:, 0] == 0).all()
     with torch.no_grad():
@@ -155,17 +167,17 @@ def test_kfac_type2_equals_exact_ggn_for_one_layer(make, untouched):
     m = make()
     x, xr, t, eps = _rows(5, 3)
     with untouched(m):
-        op = ggn_curvature(m, SCHED, x, 'kfac', samples=3, fisher_type='type-2', seed=2, forward=fwd, batch_size=4)
+        op = ggn_curvature(m, SCHED, x, 'kfac', n_draws=3, fisher_type='type-2', seed=2, forward=fwd, batch_size=4)
         dense = op @ torch.eye(op.shape[1], dtype=torch.float64)
     G = exact_ggn(m, fwd, xr, t, eps)
     torch.testing.assert_close(dense, G, rtol=1e-10, atol=1e-12 * G.abs().max().item())
-    ek = ggn_curvature(m, SCHED, x, 'ekfac', samples=3, fisher_type='type-2', seed=2, forward=fwd, batch_size=4)
+    ek = ggn_curvature(m, SCHED, x, 'ekfac', n_draws=3, fisher_type='type-2', seed=2, forward=fwd, batch_size=4)
     torch.testing.assert_close(ek @ torch.eye(op.shape[1], dtype=torch.float64), G, rtol=1e-8, atol=1e-10 * G.abs().max().item())   # EK-FAC refits eigenvalues: still exact here
 
 def test_kfac_exact_on_the_diagonal_blocks_of_a_deep_linear_net():
     m = _deep_linear()
     x, xr, t, eps = _rows(6, 2)
-    op = ggn_curvature(m, SCHED, x, 'kfac', samples=2, fisher_type='type-2', seed=2, forward=fwd)
+    op = ggn_curvature(m, SCHED, x, 'kfac', n_draws=2, fisher_type='type-2', seed=2, forward=fwd)
     dense = op @ torch.eye(op.shape[1], dtype=torch.float64)
     G = exact_ggn(m, fwd, xr, t, eps)
     b = 16 * 6 + 6   # first layer's weight and bias
@@ -178,7 +190,7 @@ def test_kfac_mc_estimates_the_ggn():
     from scipy.stats import chi2
     m = _linear_denoiser()
     x, xr, t, eps = _rows(200, 4)
-    op = ggn_curvature(m, SCHED, x, 'kfac', samples=4, fisher_type='mc', seed=2, forward=fwd, batch_size=256)
+    op = ggn_curvature(m, SCHED, x, 'kfac', n_draws=4, fisher_type='mc', seed=2, forward=fwd, batch_size=256)
     dense = op @ torch.eye(op.shape[1], dtype=torch.float64)
     G = exact_ggn(m, fwd, xr, t, eps)
     R, D = len(xr), 16
@@ -222,7 +234,7 @@ def test_influence_with_exact_inverse_matches_leave_one_out_least_squares(untouc
 def test_precondition_identity_dense_and_kfac_agree_on_one_layer():
     m = _linear_denoiser()
     x, xr, t, eps = _rows(4, 3)
-    op = ggn_curvature(m, SCHED, x, 'kfac', samples=3, fisher_type='type-2', seed=2, forward=fwd)
+    op = ggn_curvature(m, SCHED, x, 'kfac', n_draws=3, fisher_type='type-2', seed=2, forward=fwd)
     G = exact_ggn(m, fwd, xr, t, eps)
     v = torch.randn(3, G.shape[0], dtype=torch.float64)
     for lam in (1e-4, 1e-1):
@@ -243,15 +255,15 @@ def test_trak_scores_match_a_direct_computation():
 
 def test_project_preserves_inner_products_and_rows():
     g = torch.randn(4, 300, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    p = project(g, dim=6000, seed=3, chunk=128)
+    p = project_flat(g, dim=6000, seed=3)
     ref = g @ g.T
     # Johnson-Lindenstrauss: E[R Rᵀ] / dim = I, and the error of a projected u·v has variance (|u|²|v|² + (u·v)²) / dim; its exact
     # law (a difference of two scaled χ²_dim) exceeds 6 standard deviations with probability below 4e-9 for dim = 6000
     n2 = g.norm(dim=1) ** 2
     sd = ((n2[:, None] * n2[None] + ref ** 2) / 6000).sqrt()
     assert ((p @ p.T - ref).abs() < 6 * sd).all(), ((p @ p.T - ref) / sd).abs().max()
-    torch.testing.assert_close(project(g[2:], dim=6000, seed=3, chunk=128), p[2:])   # a row's projection does not depend on the others
-    assert not torch.equal(project(g, dim=6000, seed=4, chunk=128), p)
+    torch.testing.assert_close(project_flat(g[2:], dim=6000, seed=3), p[2:])   # a row's projection does not depend on the others
+    assert not torch.equal(project_flat(g, dim=6000, seed=4), p)
     ref = g[:1] @ torch.linalg.inv(g.T @ g + 0.5 * torch.eye(300, dtype=torch.float64)) @ g.T   # dim=None: the gradients as they are
     torch.testing.assert_close(trak_scores(g[:1], g, dim=None, damping=0.5), ref, rtol=1e-8, atol=1e-10)
 
@@ -286,15 +298,15 @@ def test_top_influences_and_scores_identity():
     gq, gt = torch.randn(2, 9), torch.randn(6, 9)
     s = influence_scores(gq, gt, None, damping=2.)
     torch.testing.assert_close(s, (gq.double() @ gt.double().T) / 2)
-    pos, neg = top_influences(s, 1, k=3)
+    pos, neg = top_influences(s, 1, top_k=3)
     assert pos.tolist() == s[1].argsort(descending=True)[:3].tolist() and neg.tolist() == s[1].argsort()[:3].tolist()
 
 def test_train_ddpm_learns_and_keeps_common_noise():
-    x = di.demo_images()[:40]
-    before = measure(tiny_ddpm(0), SCHED, x[:8], 'loss', k=16)
+    x = demo.demo_images()[:40]
+    before = measure(tiny_ddpm(0), SCHED, x[:8], 'loss', n_draws=16)
     m1, tok, res = train_ddpm(x, steps=60, lr=3e-3, progress=False)
     assert tok is None and not m1.training
-    after = measure(m1, SCHED, x[:8], 'loss', k=16)
+    after = measure(m1, SCHED, x[:8], 'loss', n_draws=16)
     assert after.mean() < 0.5 * before.mean(), (before.mean(), after.mean())
     assert res.history['loss'].iloc[-10:].mean() < res.history['loss'].iloc[:10].mean()
     keep = torch.arange(40) % 3 != 0
@@ -312,29 +324,29 @@ def test_tool_recipe_reproduces_a_shipped_retraining():
     import sys
     sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent.parent / 'tools'))
     import make_diffusion_influence_assets as tool
-    res, meta = di.retraining_results(), di.load_influence_demo()[2]
-    x = di.demo_images()
-    assert torch.equal(tool.keep_masks(len(x)), res['keep'])
-    m = train_ddpm(x, res['keep'][0], steps=meta['steps'], lr=meta['lr'], seed=1, progress=False)[0]
-    got = measure(m, SCHED, res['queries'][:4], 'loss', k=meta['measure_k'], seed=meta['measure_seed'], batch_size=1024)
-    torch.testing.assert_close(got.float(), res['subsets.loss'][1, 0, :4], rtol=2e-3, atol=1e-5)   # measured: equal with AVX-512, within 1.6e-7 (relative) with AVX2 or no vector instructions
+    res, meta = demo.load_retraining(), demo.load_influence_demo()[2]
+    x = demo.demo_images()
+    assert torch.equal(tool.keep_masks(len(x)), res.keep)
+    m = train_ddpm(x, res.keep[0], steps=meta['steps'], lr=meta['lr'], seed=1, progress=False)[0]
+    got = measure(m, SCHED, res.queries[:4], 'loss', n_draws=meta['measure_k'], seed=meta['measure_seed'], batch_size=1024)
+    torch.testing.assert_close(got.float(), res.subsets['loss'][1, 0, :4], rtol=2e-3, atol=1e-5)   # measured: equal with AVX-512, within 1.6e-7 (relative) with AVX2 or no vector instructions
 
 def test_shipped_asset_reproduces_a_measurement():
-    unet, tok, meta = di.load_influence_demo()
-    t, sched, x = di.retraining_results(), DDPMScheduler(**meta['scheduler']), di.demo_images()
+    unet, tok, meta = demo.load_influence_demo()
+    t, sched, x = demo.load_retraining(), DDPMScheduler(**meta['scheduler']), demo.demo_images()
     assert tok is None
-    assert t['keep'].shape == (meta['subsets'], len(x)) and (t['keep'].sum(1) == len(x) // 2).all()
-    full = measure(unet, sched, t['queries'][:3], 'loss', k=meta['measure_k'], seed=meta['measure_seed'], batch_size=1024)
-    torch.testing.assert_close(full.float(), t['full.loss'][0, :3], rtol=1e-4, atol=1e-6)   # the seed-0 model's measurement, recomputed (measured: equal with AVX-512, AVX2 and no vector instructions)
+    assert t.keep.shape == (meta['subsets'], len(x)) and (t.keep.sum(1) == len(x) // 2).all()
+    full = measure(unet, sched, t.queries[:3], 'loss', n_draws=meta['measure_k'], seed=meta['measure_seed'], batch_size=1024)
+    torch.testing.assert_close(full.float(), t.full['loss'][0, :3], rtol=1e-4, atol=1e-6)   # the seed-0 model's measurement, recomputed (measured: equal with AVX-512, AVX2 and no vector instructions)
 
 def test_untouched_frozen_train_mode_model(untouched):
     m = tiny_ddpm(4).train()
     for p in m.parameters(): p.requires_grad_(False)
     x = torch.randn(3, 1, 8, 8)
     with untouched(m):
-        g = measurement_grads(m, SCHED, x, 'loss', k=2)
-        op = ggn_curvature(m, SCHED, x, 'kfac', samples=2)
-        measure(m, SCHED, x, 'elbo', k=2)
+        g = measurement_grads(m, SCHED, x, 'loss', n_draws=2)
+        op = ggn_curvature(m, SCHED, x, 'kfac', n_draws=2)
+        measure(m, SCHED, x, 'elbo', n_draws=2)
         influence_scores(g, g, op, 1e-3)
     assert torch.isfinite(g).all() and g.abs().sum() > 0
 
@@ -342,9 +354,9 @@ def test_other_scheduler_and_bfloat16():
     m = tiny_ddpm(5).to(torch.bfloat16)
     x = torch.randn(2, 1, 8, 8)
     ddim = DDIMScheduler(**{k: v for k, v in DDPM_SCHEDULER.items()})
-    g = measurement_grads(m, ddim, x, 'loss', k=2)
+    g = measurement_grads(m, ddim, x, 'loss', n_draws=2)
     assert g.dtype == torch.float32 and torch.isfinite(g).all()
-    assert torch.isfinite(measure(m, ddim, x, 'elbo', k=4)).all()
+    assert torch.isfinite(measure(m, ddim, x, 'elbo', n_draws=4)).all()
 
 def test_schedule_without_betas_and_noised_dtype():
     class NoBetas:   # a scheduler that keeps only ᾱ: β is recovered from it
@@ -364,9 +376,9 @@ def test_vectors_single_images_and_an_mlp_denoiser(untouched):
     x = torch.randn(4, 6, dtype=torch.float64)
     params = influence_params(influence_modules(mlp))
     with untouched(mlp):
-        g = measurement_grads(mlp, SCHED, x, 'loss', k=3, forward=f)
-        one = measure(mlp, SCHED, x[:1], 'loss', k=3, forward=f)
-        op = ggn_curvature(mlp, SCHED, x, samples=2, forward=f)
+        g = measurement_grads(mlp, SCHED, x, 'loss', n_draws=3, forward=f)
+        one = measure(mlp, SCHED, x[:1], 'loss', n_draws=3, forward=f)
+        op = ggn_curvature(mlp, SCHED, x, n_draws=2, forward=f)
     t, eps = draws(4, 3, (6,), 1000, seed=0)
     for i in range(4):
         ab = SCHED.alphas_cumprod.double()[t[i]][:, None]
@@ -381,7 +393,7 @@ def test_curvature_defaults_and_half_precision_model(untouched):
     x = torch.randn(4, 1, 8, 8, generator=gen)
     v = torch.randn(2, sum(p.numel() for p in influence_params(influence_modules(m))), generator=gen)
     a = precondition(ggn_curvature(m, SCHED, x), v, 1e-3)
-    b = precondition(ggn_curvature(m, SCHED, x, 'kfac', samples=4, fisher_type='mc', seed=0, batch_size=256), v, 1e-3)
+    b = precondition(ggn_curvature(m, SCHED, x, 'kfac', n_draws=4, fisher_type='mc', seed=0, batch_size=256), v, 1e-3)
     torch.testing.assert_close(a, b)   # the documented defaults
     h = tiny_ddpm(7).to(torch.bfloat16)
     with untouched(h):   # factors in float32 on a copy: the model keeps its dtype
@@ -396,7 +408,7 @@ def test_curvature_defaults_and_half_precision_model(untouched):
 def test_documented_defaults():
     "Defaults a user relies on without passing them: the demo's recipe (as in the asset's meta), the draws' seed, damping, projection."
     import inspect
-    meta = di.load_influence_demo()[2]
+    meta = demo.load_influence_demo()[2]
     d = {k: v.default for k, v in inspect.signature(train_ddpm).parameters.items()}
     assert (d['steps'], d['lr'], d['seed'], d['batch_size'], d['progress']) == (meta['steps'], meta['lr'], 0, None, True)
     assert all(torch.equal(a, b) for a, b in zip(draws(2, 3, (1,), 10), draws(2, 3, (1,), 10, seed=0)))
@@ -405,26 +417,26 @@ def test_documented_defaults():
     torch.testing.assert_close(influence_scores(gq, gt), influence_scores(gq, gt, None, 1e-3))
     torch.testing.assert_close(trak_scores(gq, gt), trak_scores(gq, gt, dim=2048, damping=1e-3, seed=0))
     m, x1 = tiny_ddpm(0), torch.randn(1, 1, 8, 8)
-    torch.testing.assert_close(measure(m, SCHED, x1), measure(m, SCHED, x1, 'loss', k=256, seed=0))
-    assert measure(m, SCHED, x1, k=1).shape == (1,)
-    p = project(gt)
+    torch.testing.assert_close(measure(m, SCHED, x1), measure(m, SCHED, x1, 'loss', n_draws=256, seed=0))
+    assert measure(m, SCHED, x1, n_draws=1).shape == (1,)
+    p = project_flat(gt)
     assert p.shape == (3, 2048)
-    torch.testing.assert_close(p, project(gt, dim=2048, seed=0, chunk=4096))
+    torch.testing.assert_close(p, project_flat(gt, dim=2048, seed=0))
     R = torch.cat([torch.randn(n, 2048, generator=torch.Generator().manual_seed(i), dtype=torch.float64) for i, n in ((0, 4096), (4096, 904))])   # slice i seeded seed·1000003 + i
     torch.testing.assert_close(p, gt.double() @ R / math.sqrt(2048))
-    assert project(gt, dim=1).shape == (3, 1)
-    with pytest.raises(ConfigError, match='dim=0'): project(gt, dim=0)
+    assert project_flat(gt, dim=1).shape == (3, 1)
+    with pytest.raises(ConfigError, match='dim'): project_flat(gt, dim=0)
 
 def test_denoiser_forward_reads_every_output_kind():
     x, t = torch.randn(2, 1, 8, 8), torch.tensor([3, 4])
     pred = torch.randn(2, 1, 8, 8)
-    assert di.denoiser_forward(lambda x, t: pred, x, t) is pred
-    assert di.denoiser_forward(lambda x, t: (pred, 'extra'), x, t) is pred   # diffusers with return_dict=False
-    assert di.denoiser_forward(lambda x, t: type('Out', (), {'sample': pred})(), x, t) is pred
+    assert denoiser_forward(lambda x, t: pred, x, t) is pred
+    assert denoiser_forward(lambda x, t: (pred, 'extra'), x, t) is pred   # diffusers with return_dict=False
+    assert denoiser_forward(lambda x, t: type('Out', (), {'sample': pred})(), x, t) is pred
     seen = {}
     def model(x, t, **kw): seen.update(kw); return pred
-    di.denoiser_forward(model, x, t, torch.tensor([0, 1])); assert set(seen) == {'class_labels'}
-    seen.clear(); di.denoiser_forward(model, x, t, torch.zeros(2, 3, 4)); assert set(seen) == {'encoder_hidden_states'}
+    denoiser_forward(model, x, t, torch.tensor([0, 1])); assert set(seen) == {'class_labels'}
+    seen.clear(); denoiser_forward(model, x, t, torch.zeros(2, 3, 4)); assert set(seen) == {'encoder_hidden_states'}
 
 def test_typed_errors():
     m = tiny_ddpm(6)
@@ -444,7 +456,7 @@ def test_typed_errors():
     with pytest.raises(NotFiniteError, match='1 NaN'): influence_scores(nan, g)
     with pytest.raises(NotFiniteError): influence_scores(g, nan)
     with pytest.raises(ConfigError, match='measurement'): measure(m, SCHED, x, 'likelihood')
-    with pytest.raises(ConfigError, match='k=0'): measurement_grads(m, SCHED, x, k=0)
+    with pytest.raises(ConfigError, match='n_draws'): measurement_grads(m, SCHED, x, n_draws=0)
     with pytest.raises(ShapeError, match='float tensor'): measurement_grads(m, SCHED, torch.ones(2, 1, 8, 8, dtype=torch.long))
     with pytest.raises(NotFiniteError): measure(m, SCHED, x * float('nan'))
     with pytest.raises(ConfigError, match='alphas_cumprod'): measure(m, object(), x)
@@ -459,8 +471,8 @@ def test_typed_errors():
     with pytest.raises(ConfigError, match='nope'): influence_modules(m, ['nope'])
     nan_model = tiny_ddpm(6)
     with torch.no_grad(): nan_model.conv_out.bias.fill_(float('nan'))
-    with pytest.raises(NotFiniteError): measurement_grads(nan_model, SCHED, x, k=2)
-    with pytest.raises(ConfigError, match='k=9'): top_influences(torch.zeros(1, 4), 0, k=9)
+    with pytest.raises(NotFiniteError): measurement_grads(nan_model, SCHED, x, n_draws=2)
+    with pytest.raises(ConfigError, match='top_k'): top_influences(torch.zeros(1, 4), 0, top_k=9)
 
 # ---------------------------------------------------------------- issue 49: a damping fixed relative to the curvature
 
@@ -469,14 +481,59 @@ def test_mean_eigenvalue_against_dense_eigenvalues_and_the_exact_ggn():
     m = _deep_linear()
     x, xr, t, eps = _rows(6, 2)
     for kind in CURVATURES:   # the operator's trace (from its factors) against the eigenvalues of its dense matrix
-        op = ggn_curvature(m, SCHED, x, kind, samples=2, fisher_type='type-2', seed=2, forward=fwd)
+        op = ggn_curvature(m, SCHED, x, kind, n_draws=2, fisher_type='type-2', seed=2, forward=fwd)
         dense = (op @ torch.eye(op.shape[1], dtype=torch.float64)).numpy()
         assert mean_eigenvalue(op) == pytest.approx(np.linalg.eigvalsh((dense + dense.T) / 2).mean(), rel=1e-9)
     # K-FAC keeps the diagonal blocks of the GGN exactly (for this net, see above): so its mean eigenvalue is the exact GGN's
     G = exact_ggn(m, fwd, xr, t, eps)
-    assert mean_eigenvalue(ggn_curvature(m, SCHED, x, 'kfac', samples=2, fisher_type='type-2', seed=2, forward=fwd)) == pytest.approx(torch.linalg.eigvalsh(G).mean().item(), rel=1e-9)
+    assert mean_eigenvalue(ggn_curvature(m, SCHED, x, 'kfac', n_draws=2, fisher_type='type-2', seed=2, forward=fwd)) == pytest.approx(torch.linalg.eigvalsh(G).mean().item(), rel=1e-9)
     phi = torch.randn(9, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)   # TRAK's features: mean eigenvalue of PhiᵀPhi / N
     assert mean_eigenvalue(phi.T @ phi / 9) == pytest.approx(float((np.linalg.svd(phi.numpy(), compute_uv=False) ** 2).sum()) / (9 * 4), rel=1e-12)
     with pytest.raises(ShapeError, match='square'): mean_eigenvalue(phi)
     with pytest.raises(ConfigError, match='ggn_curvature'): mean_eigenvalue([[1.0]])
     with pytest.raises(NotFiniteError): mean_eigenvalue(torch.tensor([[float('nan')]]))
+
+
+# ---------------------------------------------------------------- issue 50: the old names still work, with a FutureWarning
+
+def test_old_argument_names_warn_and_still_work():
+    m, x = tiny_ddpm(0), torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.warns(FutureWarning, match='n_draws'): old = measure(m, SCHED, x, k=3)
+    torch.testing.assert_close(old, measure(m, SCHED, x, n_draws=3))
+    with pytest.warns(FutureWarning, match='n_draws'): old = measurement_grads(m, SCHED, x, k=2)
+    torch.testing.assert_close(old, measurement_grads(m, SCHED, x, n_draws=2))
+    with pytest.warns(FutureWarning, match='n_draws'): old = draws(2, k=3, shape=(1,), timesteps=10)
+    assert all(torch.equal(a, b) for a, b in zip(old, draws(2, 3, (1,), 10)))
+    with pytest.warns(FutureWarning, match='n_draws'): old = ggn_curvature(m, SCHED, x, samples=1)
+    assert old.shape == ggn_curvature(m, SCHED, x, n_draws=1).shape
+    s = torch.tensor([[0.5, -2., 3., 0.]])
+    with pytest.warns(FutureWarning, match='top_k'): old = top_influences(s, 0, k=2)
+    assert [a.tolist() for a in old] == [a.tolist() for a in top_influences(s, 0, top_k=2)]
+
+@pytest.mark.parametrize('old, new', [('DDPM_UNET', demo.DDPM_UNET), ('DIGIT_CLASSES', demo.DIGIT_CLASSES), ('tiny_ddpm', demo.tiny_ddpm),
+                                      ('train_ddpm', demo.train_influence_demo), ('DEMO_ASSET', demo.DEMO_ASSET), ('demo_images', demo.demo_images),
+                                      ('load_influence_demo', demo.load_influence_demo), ('retraining_results', demo.retraining_results),
+                                      ('influence_modules', influence_modules), ('project', project_flat)])
+def test_moved_names_warn_and_resolve(old, new):
+    with pytest.warns(FutureWarning, match=old): got = getattr(di, old)
+    assert got is new
+
+def test_moved_helpers_give_the_old_results():
+    "The demo's model, images and asset as the paper module gave them; the core's denoiser call and prediction types."
+    m = tiny_ddpm(0)
+    assert sum(p.numel() for p in m.parameters()) == 41_609 and m.config.block_out_channels == (8, 16) and m.config.num_class_embeds is None
+    x, y = demo.demo_images(), demo.demo_labels()
+    from sklearn.datasets import load_digits   # the 0s and 1s of the digits, found again without interpkit.data
+    d = load_digits()
+    assert x.shape == (269, 1, 8, 8) and set(y.tolist()) == {0, 1}
+    assert all(any(torch.equal(img[0], torch.tensor(r, dtype=torch.float32).view(8, 8) / 8 - 1) for r in d.data[d.target == int(lab)]) for img, lab in zip(x[:5], y[:5]))
+    unet, tok, meta = demo.load_influence_demo()
+    assert tok is None and not unet.training and meta['unet'] == {k: list(v) if isinstance(v, tuple) else v for k, v in demo.DDPM_UNET.items()}
+    assert di.PREDICTION_TYPES == ('epsilon', 'sample', 'v_prediction') and di.denoiser_forward is denoiser_forward
+
+def test_old_retraining_results_is_the_flat_dict_of_load_retraining():
+    new = demo.load_retraining()
+    with pytest.warns(FutureWarning, match='load_retraining'): old = demo.retraining_results()
+    assert set(old) == {'keep', 'queries'} | {f'subsets.{m}' for m in new.subsets} | {f'full.{m}' for m in new.full} | {f'removal.{k}' for k in new.removal}
+    assert torch.equal(old['keep'], new.keep) and torch.equal(old['queries'], new.queries)
+    assert all(torch.equal(old[f'subsets.{m}'], v) for m, v in new.subsets.items()) and all(torch.equal(old[f'removal.{k}'], v) for k, v in new.removal.items())

@@ -146,11 +146,11 @@ def test_embed_matches_sentence_transformers():
     folder = importlib.util.find_spec(OFFLINE_ENCODERS['all-minilm-l6-v2']['module']).submodule_search_locations[0]
     ref = SentenceTransformer(os.path.join(folder, 'model'), device='cpu')
     expected = torch.as_tensor(ref.encode(TEXTS, batch_size=2, normalize_embeddings=True))
-    got = embed(TEXTS, batch_size=2)  # batches pad differently from the reference's: padding must not matter
+    got = embed(None, TEXTS, batch_size=2)  # batches pad differently from the reference's: padding must not matter
     assert got.shape == (5, 384)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
-    torch.testing.assert_close(embed(TEXTS[0]), expected[0], atol=1e-5, rtol=0)
-    raw = embed(TEXTS, normalize=False)
+    torch.testing.assert_close(embed(None, TEXTS[0]), expected[0], atol=1e-5, rtol=0)
+    raw = embed(None, TEXTS, normalize=False)
     torch.testing.assert_close(torch.nn.functional.normalize(raw, dim=-1), expected, atol=1e-5, rtol=0)
 
 
@@ -158,11 +158,25 @@ def test_embed_with_objects_leaves_encoder_unchanged(untouched):
     m, tok = load_encoder()
     assert type(m).__name__ == 'BertModel' and not m.training
     m.train(); m.encoder.layer[0].eval()
-    with untouched(m, tok): e = embed(TEXTS[:2], m, tok)
+    with untouched(m, tok): e = embed(m, TEXTS[:2], tok)
     m.eval()
-    torch.testing.assert_close(e, embed(TEXTS[:2]), atol=1e-6, rtol=0)  # dropout was off while embedding
-    with pytest.raises(ConfigError, match='no tokenizer'): embed(TEXTS, m)
-    with pytest.raises(ConfigError, match='list of texts'): embed([1, 2], m, tok)
+    torch.testing.assert_close(e, embed(None, TEXTS[:2]), atol=1e-6, rtol=0)  # dropout was off while embedding
+    with pytest.raises(ConfigError, match='no tokenizer'): embed(m, TEXTS)
+    with pytest.raises(ConfigError, match='list of texts'): embed(m, [1, 2], tok)
+    with pytest.raises(ConfigError, match='no texts'): embed(m, tokenizer=tok)
+
+
+def test_embed_old_argument_order_warns_and_works():
+    "Before: embed(texts, model, tokenizer); the model now comes first. The old calls keep working for one release."
+    m, tok = load_encoder()
+    new = embed(m, TEXTS[:2], tok)
+    for call in (lambda: embed(TEXTS[:2], m, tok), lambda: embed(TEXTS[:2]), lambda: embed(TEXTS[:2], 'all-minilm-l6-v2'), lambda: embed(tuple(TEXTS[:2]), m, tok)):
+        with pytest.warns(FutureWarning, match='model comes first'): torch.testing.assert_close(call(), new, atol=1e-6, rtol=0)
+    with pytest.warns(FutureWarning): torch.testing.assert_close(embed(TEXTS[0]), new[0], atol=1e-6, rtol=0)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        torch.testing.assert_close(embed('all-minilm-l6-v2', TEXTS[:2]), new, atol=1e-6, rtol=0)   # the new order: no warning
 
 
 class _StubTok:

@@ -16,12 +16,20 @@ from interpkit.errors import ConfigError, NotFiniteError, ShapeError
 from interpkit.sae import SAE
 from interpkit.train import assets_dir
 import interpkit.papers.monosemantic as mono
+import warnings
+from sklearn.linear_model import LogisticRegression
+from interpkit.train import Shipped, Trained
+from interpkit.stats import Probe, linear_probe
 from interpkit.papers.monosemantic import (info_nce, NON_NEGATIVE, non_negative, ContrastiveNet, contrastive_loss, train_contrastive,
                                            projector_features, semantic_consistency, Monosemanticity, top_activating, monosemanticity,
-                                           symmetric_label_noise, gaussian_input_noise, linear_probe, probe_score, few_shot_indices,
-                                           label_noise_curve, input_noise_curve, robustness_table, DigitPairs, digit_pairs, DigitAugment, DigitEncoder,
-                                           DIGIT_RECIPE, DIGIT_MODELS, METHODS, train_digit_net, train_feature_sae, DigitModels,
-                                           load_digit_models)
+                                           symmetric_label_noise, gaussian_input_noise, few_shot_indices, label_noise_curve, input_noise_curve,
+                                           robustness_table, train_feature_sae)
+from interpkit.demos.monosemantic import (DigitPairs, digit_pairs, DigitAugment, DigitEncoder, DIGIT_RECIPE, DIGIT_MODELS, METHODS,
+                                          train_digit_net, DigitModels, load_digit_models)
+
+def sk_accuracy(x, y, xt, yt):
+    "The probe written out with scikit-learn: a logistic regression (C = 1) on the raw features, trained to convergence."
+    return LogisticRegression(max_iter=10_000).fit(np.asarray(x, np.float64), np.asarray(y)).score(np.asarray(xt, np.float64), np.asarray(yt))
 
 torch.set_num_threads(1)
 
@@ -248,7 +256,7 @@ def test_train_contrastive_lowers_the_loss(pair_images):
     g = torch.Generator().manual_seed(5)
     views = (noise_aug(pair_images, g), noise_aug(pair_images, g))
     with torch.no_grad(): before = contrastive_loss(net, views)[0].item()
-    res = train_contrastive(net, pair_images, noise_aug, steps=25, batch_size=32, lr=1e-2, progress=False)
+    _, _, res = train_contrastive(net, pair_images, noise_aug, steps=25, batch_size=32, lr=1e-2, progress=False)
     with torch.no_grad(): after = contrastive_loss(net, views)[0].item()
     assert after < before - 0.8
     assert len(res.history) == 25 and net.training                         # the flags are as they were
@@ -258,7 +266,7 @@ def test_train_contrastive_logs_what_the_batches_give(pair_images):
     """With lr = 0 nothing changes, so every logged loss must be InfoNCE (at the given τ) + w·activation of the views
     rebuilt here: batch_size rows drawn with the seeded generator, then two augmentations with it."""
     net = tiny_net('relu', seed=3)
-    res = train_contrastive(net, pair_images, noise_aug, steps=3, batch_size=5, lr=0.0, temperature=0.5, activation_weight=0.7,
+    _, _, res = train_contrastive(net, pair_images, noise_aug, steps=3, batch_size=5, lr=0.0, temperature=0.5, activation_weight=0.7,
                             seed=4, progress=False)
     g = torch.Generator().manual_seed(4)
     for step in range(3):
@@ -273,7 +281,7 @@ def test_train_contrastive_logs_what_the_batches_give(pair_images):
 
 def test_train_contrastive_schedule_and_weight_decay(pair_images):
     net = tiny_net('none')
-    res = train_contrastive(net, pair_images, noise_aug, steps=40, batch_size=4, lr=0.01, progress=False)
+    _, _, res = train_contrastive(net, pair_images, noise_aug, steps=40, batch_size=4, lr=0.01, progress=False)
     lr = res.history.lr.to_numpy()
     # warmup of max(1, 40 // 20) = 2 steps, then a cosine from the peak over the remaining 38
     want = [0.005, 0.01] + [0.005 * (1 + math.cos(math.pi * s / 38)) for s in range(38)]
@@ -282,13 +290,13 @@ def test_train_contrastive_schedule_and_weight_decay(pair_images):
     sig = inspect.signature(train_contrastive).parameters
     assert sig['temperature'].default == 0.2 and sig['weight_decay'].default == 1e-4 and sig['activation_weight'].default == 0.0
     one = train_contrastive(tiny_net('none'), pair_images, noise_aug, steps=1, batch_size=4, progress=False)     # warmup 0 for one step
-    assert one.history.lr.tolist() == [2e-3]
+    assert one.fit.history.lr.tolist() == [2e-3]
     assert sig['lr'].default == 2e-3
 
 def test_train_contrastive_seeds(pair_images):
     def run(seed):
         net = tiny_net('relu')
-        return net, train_contrastive(net, pair_images, noise_aug, steps=4, batch_size=8, seed=seed, progress=False)
+        return net, train_contrastive(net, pair_images, noise_aug, steps=4, batch_size=8, seed=seed, progress=False).fit
     (a, ra), (b, rb), (c, rc) = run(1), run(1), run(2)
     assert ra.history.loss.tolist() == rb.history.loss.tolist()
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
@@ -297,11 +305,11 @@ def test_train_contrastive_seeds(pair_images):
 
 def test_train_contrastive_bad_input(pair_images):
     net = tiny_net()
-    with pytest.raises(ConfigError, match='At least 2'): train_contrastive(net, pair_images, noise_aug, steps=2, batch_size=1, progress=False)
+    with pytest.raises(ConfigError, match='batch_size=1'): train_contrastive(net, pair_images, noise_aug, steps=2, batch_size=1, progress=False)
     with pytest.raises(ConfigError, match='batch_size'): train_contrastive(net, pair_images, noise_aug, steps=2, batch_size=0, progress=False)
     with pytest.raises(ShapeError, match='images'): train_contrastive(net, pair_images[:1], noise_aug, steps=2, batch_size=4, progress=False)
     with pytest.raises(ShapeError, match='list'): train_contrastive(net, list(pair_images[:4]), noise_aug, steps=2, batch_size=4, progress=False)
-    assert len(train_contrastive(net, pair_images[:2], noise_aug, steps=1, batch_size=2, progress=False).history) == 1
+    assert len(train_contrastive(net, pair_images[:2], noise_aug, steps=1, batch_size=2, progress=False).fit.history) == 1
 
 # ---------------------------------------------------------------- projector_features
 
@@ -460,7 +468,7 @@ def test_top_activating_against_a_sort():
     for d in (-1, 4, True, 1.0):
         with pytest.raises(ConfigError, match='dim'): top_activating(f, d)
     for k in (0, True, 2.0):
-        with pytest.raises(ConfigError, match='k='): top_activating(f, 0, k)
+        with pytest.raises(ConfigError, match='top_k='): top_activating(f, 0, k)
     with pytest.raises(ShapeError, match='acts'): top_activating(f[0], 0)
 
 # ---------------------------------------------------------------- label and input noise
@@ -554,57 +562,44 @@ def planted(n, sep, C=5, d=10, seed=0, mu_seed=0):
     y = torch.randint(0, C, (n,), generator=g)
     return sep * mu[y] + torch.randn(n, d, generator=g), y
 
-def test_linear_probe_separable_and_against_sklearn():
-    from sklearn.linear_model import LogisticRegression
+def test_the_protocols_probe_is_the_library_probe_on_raw_features():
     x, y = planted(600, 4., seed=1); xt, yt = planted(600, 4., seed=2)
-    p = linear_probe(x, y)
-    assert isinstance(p, nn.Linear) and not p.training and (p.in_features, p.out_features) == (10, 5)
-    assert probe_score(p, xt, yt) > 0.99
+    df = robustness_table({'id': ident}, x, y, xt, yt)
+    assert df.loc['id', 'clean'] == sk_accuracy(x, y, xt, yt) > 0.99
     x, y = planted(1000, 0.7, seed=3); xt, yt = planted(1000, 0.7, seed=4)
-    acc = probe_score(linear_probe(x, y), xt, yt)
-    sk = LogisticRegression(max_iter=2000).fit(x.numpy(), y.numpy()).score(xt.numpy(), yt.numpy())
-    assert 0.5 < sk < 0.9 and abs(acc - sk) < 0.04
-    few = probe_score(linear_probe(x, y, epochs=1, lr=1e-4), xt, yt)       # one epoch at a tiny lr: much worse
-    assert few < acc - 0.1
+    got = label_noise_curve({'id': ident}, x, y, xt, yt, rates=(0.0,))
+    assert got.loc[0.0, 'id'] == sk_accuracy(x, y, xt, yt) and 0.5 < got.loc[0.0, 'id'] < 0.95
+    # keywords go to the probe: standardising the features (here, an affine change of scale) is a different, scale-free probe
+    scaled = lambda v: 50 * v + 3
+    raw = label_noise_curve({'s': scaled}, x, y, xt, yt, rates=(0.0,)).iloc[0, 0]
+    std = label_noise_curve({'s': scaled}, x, y, xt, yt, rates=(0.0,), standardize=True).iloc[0, 0]
+    assert raw == sk_accuracy(scaled(x), y, scaled(xt), yt) and std == linear_probe(x, y, xt, yt).accuracy
 
-def test_linear_probe_options_seeds_and_rng():
-    x, y = planted(300, 1., C=3, seed=5)
-    torch.manual_seed(4); want = torch.rand(2)
-    torch.manual_seed(4)
-    p = linear_probe(x, y, n_classes=6, epochs=2)
-    assert torch.equal(torch.rand(2), want)
-    assert p.out_features == 6
-    q = linear_probe(x, y, n_classes=6, epochs=2)
-    assert torch.equal(p.weight, q.weight)
-    assert not torch.equal(p.weight, linear_probe(x, y, n_classes=6, epochs=2, seed=1).weight)
-    assert not torch.equal(p.weight, linear_probe(x, y, n_classes=6, epochs=2, weight_decay=0.5).weight)
-    assert not torch.equal(p.weight, linear_probe(x, y, n_classes=6, epochs=2, batch_size=7).weight)
-    assert torch.equal(linear_probe(x, y, epochs=2, batch_size=10_000).weight, linear_probe(x, y, epochs=2, batch_size=300).weight)
-    p64 = linear_probe(x.double(), y, epochs=1)
-    assert p64.weight.dtype == torch.float32
-    sig = inspect.signature(linear_probe).parameters
-    assert sig['weight_decay'].default == 0.0 and sig['n_classes'].default is None
+def test_old_probe_names_still_work_and_warn():
+    x, y = planted(300, 3., C=3, seed=5)
+    with pytest.warns(FutureWarning, match='interpkit.stats.linear_probe'): p = mono.linear_probe(x, y, 3, epochs=2, seed=1)
+    assert isinstance(p, Probe) and p.train_accuracy == p.accuracy == sk_accuracy(x, y, x, y)
+    with pytest.warns(FutureWarning, match='Probe.score'): assert mono.probe_score(p, x, y) == p.accuracy
+    lin = nn.Linear(10, 3)
+    with torch.no_grad(): want = (lin(x).argmax(-1) == y).float().mean().item()
+    with pytest.warns(FutureWarning): assert mono.probe_score(lin, x, y) == pytest.approx(want)   # an old nn.Linear probe still scores
+    assert 'linear_probe' not in mono.__all__ and 'probe_score' not in mono.__all__
 
-def test_linear_probe_learns_from_the_given_rows_only():
-    "A 1-D problem the probe must fit perfectly, whichever way the labels point."
-    x = torch.cat([torch.full((50, 1), -2.), torch.full((50, 1), 2.)]); y = torch.cat([torch.zeros(50), torch.ones(50)]).long()
-    p = linear_probe(x, y, epochs=20, lr=0.1)
-    assert probe_score(p, x, y) == 1.0 and probe_score(linear_probe(x, 1 - y, epochs=20, lr=0.1), x, 1 - y) == 1.0
-
-def test_probe_score_by_hand_and_errors():
-    p = nn.Linear(3, 4)
-    x, y = rand(50, 3, seed=1), torch.randint(0, 4, (50,), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad(): pred = (x @ p.weight.T + p.bias).argmax(1)
-    assert probe_score(p, x, y) == pytest.approx((pred == y).float().mean().item())
-    assert probe_score(p, x, pred) == 1.0
-    assert probe_score(p.double(), x, pred) == 1.0
-    x, y = planted(50, 1., C=3)
-    with pytest.raises(ConfigError, match='n_classes=2'): linear_probe(x, y, n_classes=2)
-    for e in (0, -1, 1.5, True):
-        with pytest.raises(ConfigError, match='epochs'): linear_probe(x, y, epochs=e)
-    with pytest.raises(ConfigError, match='batch_size'): linear_probe(x, y, batch_size=0)
-    with pytest.raises(ShapeError, match='labels'): linear_probe(x, y[:10])
-    with pytest.raises(ConfigError, match='integers'): linear_probe(x, y.float())
+def test_old_argument_names_still_work_and_warn(pair_images):
+    net = tiny_net('relu')
+    with pytest.warns(FutureWarning, match='model='): out = projector_features(net=net, x=pair_images[:4])
+    assert torch.equal(out, projector_features(net, pair_images[:4]))
+    with pytest.warns(FutureWarning, match='model='): loss, _ = contrastive_loss(net=net, views=(pair_images[:4], pair_images[:4]))
+    assert loss == contrastive_loss(net, (pair_images[:4], pair_images[:4]))[0]
+    with pytest.warns(FutureWarning, match='model='): r = train_contrastive(net=tiny_net('none'), images=pair_images, augment=noise_aug, steps=1, batch_size=4, progress=False)
+    assert isinstance(r, Trained) and r.tokenizer is None and len(r.fit.history) == 1
+    f = torch.rand(20, 3, generator=torch.Generator().manual_seed(0))
+    with pytest.warns(FutureWarning, match='top_k='): assert torch.equal(top_activating(f, 1, k=3), top_activating(f, 1, top_k=3))
+    from interpkit.demos import monosemantic as demo
+    for name in ('DIGIT_RECIPE', 'DIGIT_MODELS', 'METHODS', 'DigitPairs', 'digit_pairs', 'DigitAugment', 'DigitEncoder', 'train_digit_net', 'DigitModels', 'load_digit_models'):
+        with pytest.warns(FutureWarning, match='interpkit.demos.monosemantic'): assert getattr(mono, name) is getattr(demo, name)
+        assert name not in mono.__all__
+    with pytest.raises(AttributeError): mono.no_such_name
 
 def test_few_shot_indices():
     y = torch.tensor([0] * 10 + [1] * 10 + [2] * 2 + [3] * 7)[torch.randperm(29, generator=torch.Generator().manual_seed(0))]
@@ -633,49 +628,47 @@ def ident(x): return x
 def test_label_noise_curve(probe_data):
     x, y, xt, yt = probe_data
     maps = {'id': ident, 'double': lambda v: 2 * v[:, :3]}
-    df = label_noise_curve(maps, x, y, xt, yt, rates=(0.0, 0.5, 0.9), seed=2, epochs=15, lr=0.05)
+    df = label_noise_curve(maps, x, y, xt, yt, rates=(0.0, 0.5, 0.9), seed=2)
     assert list(df.columns) == ['id', 'double'] and df.index.name == 'label noise' and df.index.tolist() == [0.0, 0.5, 0.9]
     assert df.loc[0.0, 'id'] > 0.9 and df.loc[0.9, 'id'] < df.loc[0.0, 'id'] - 0.4
     for r in (0.0, 0.5, 0.9):
         for name, f in maps.items():
-            want = probe_score(linear_probe(f(x), symmetric_label_noise(y, r, 4, 2), 4, seed=2, epochs=15, lr=0.05), f(xt), yt)
+            want = sk_accuracy(f(x), symmetric_label_noise(y, r, 4, 2), f(xt), yt)
             assert df.loc[r, name] == want
     assert inspect.signature(label_noise_curve).parameters['rates'].default == (0.0, 0.3, 0.6, 0.9)    # the paper's rates
-    d5 = label_noise_curve({'id': ident}, x, y, xt, yt, rates=(0.5,), n_classes=6, epochs=3)
-    assert d5.loc[0.5, 'id'] == probe_score(linear_probe(x, symmetric_label_noise(y, 0.5, 6, 0), 6, seed=0, epochs=3), xt, yt)
+    d5 = label_noise_curve({'id': ident}, x, y, xt, yt, rates=(0.5,), n_classes=6)
+    assert d5.loc[0.5, 'id'] == sk_accuracy(x, symmetric_label_noise(y, 0.5, 6, 0), xt, yt)
     for bad in ({}, [ident], {'a': 3}, None):
         with pytest.raises(ConfigError, match='feature_maps'): label_noise_curve(bad, x, y, xt, yt)
 
 def test_robustness_table(probe_data):
     x, y, xt, yt = probe_data
-    df = robustness_table({'id': ident, 'half': lambda v: v[:, :3]}, x, y, xt, yt, sigma=0.3, epochs=15, lr=0.05)
+    df = robustness_table({'id': ident, 'half': lambda v: v[:, :3]}, x, y, xt, yt, sigma=0.3)
     assert list(df.columns) == ['clean', 'label noise 90%', 'input noise σ=0.3'] and df.index.name == 'features'
     assert df.index.tolist() == ['id', 'half']
     assert df.loc['id', 'clean'] > 0.9 and df.loc['id', 'label noise 90%'] < df.loc['id', 'clean'] - 0.4
-    clean = linear_probe(x, y, 4, seed=0, epochs=15, lr=0.05)
-    assert df.loc['id', 'clean'] == probe_score(clean, xt, yt)
-    assert df.loc['id', 'label noise 90%'] == probe_score(linear_probe(x, symmetric_label_noise(y, 0.9, 4, 0), 4, seed=0, epochs=15, lr=0.05), xt, yt)
-    assert df.loc['id', 'input noise σ=0.3'] == probe_score(clean, gaussian_input_noise(xt, 0.3, 0), yt)
+    assert df.loc['id', 'clean'] == sk_accuracy(x, y, xt, yt)
+    assert df.loc['id', 'label noise 90%'] == sk_accuracy(x, symmetric_label_noise(y, 0.9, 4, 0), xt, yt)
+    assert df.loc['id', 'input noise σ=0.3'] == sk_accuracy(x, y, gaussian_input_noise(xt, 0.3, 0), yt)
     sig = inspect.signature(robustness_table).parameters
     assert sig['label_noise'].default == 0.9 and sig['sigma'].default == 0.2
     # a huge σ: the input-noise column is at chance (uniformly drawn labels, the noise alone picks the class; 400 test rows, sd ≤ 0.022,
     # 6 sd: fails with probability 2e-9), the others are not affected
-    big = robustness_table({'id': ident}, x, y, xt, yt, label_noise=0.5, sigma=1e3, seed=1, epochs=15, lr=0.05)
+    big = robustness_table({'id': ident}, x, y, xt, yt, label_noise=0.5, sigma=1e3, seed=1)
     assert list(big.columns) == ['clean', 'label noise 50%', 'input noise σ=1000']
     assert abs(big.iloc[0, 2] - 0.25) < 0.13 and big.iloc[0, 0] > 0.9
-    zero = robustness_table({'id': ident}, x, y, xt, yt, label_noise=0.0, sigma=0.0, epochs=15, lr=0.05)
+    zero = robustness_table({'id': ident}, x, y, xt, yt, label_noise=0.0, sigma=0.0)
     assert zero.iloc[0, 0] == zero.iloc[0, 1] == zero.iloc[0, 2]
     with pytest.raises(ConfigError, match='feature_maps'): robustness_table({}, x, y, xt, yt)
-    assert list(robustness_table({'id': ident}, x, y, xt, yt, epochs=1).columns)[2] == 'input noise σ=0.2'
+    assert list(robustness_table({'id': ident}, x, y, xt, yt).columns)[2] == 'input noise σ=0.2'
 
 def test_input_noise_curve(probe_data):
     x, y, xt, yt = probe_data
     maps = {'id': ident, 'half': lambda v: v[:, :3]}
-    df = input_noise_curve(maps, x, y, xt, yt, sigmas=(0.0, 0.3, 1e3), seed=1, epochs=15, lr=0.05)
+    df = input_noise_curve(maps, x, y, xt, yt, sigmas=(0.0, 0.3, 1e3), seed=1)
     assert list(df.columns) == ['id', 'half'] and df.index.name == 'input noise σ' and df.index.tolist() == [0.0, 0.3, 1e3]
     for name, f in maps.items():
-        probe = linear_probe(f(x), y, 4, seed=1, epochs=15, lr=0.05)
-        for s in (0.0, 0.3, 1e3): assert df.loc[s, name] == probe_score(probe, f(gaussian_input_noise(xt, s, 1)), yt)
+        for s in (0.0, 0.3, 1e3): assert df.loc[s, name] == sk_accuracy(f(x), y, f(gaussian_input_noise(xt, s, 1)), yt)
     assert df.loc[0.0, 'id'] > 0.9 and abs(df.loc[1e3, 'id'] - 0.25) < 0.13          # chance at a huge σ (400 rows, sd ≤ 0.022; 6 sd: 2e-9)
     assert inspect.signature(input_noise_curve).parameters['sigmas'].default == (0.0, 0.1, 0.2, 0.3)
     with pytest.raises(ConfigError, match='feature_maps'): input_noise_curve({'a': None}, x, y, xt, yt)
@@ -841,7 +834,7 @@ def test_digit_recipe():
     assert DIGIT_RECIPE['temperature'] == 0.2 and DIGIT_RECIPE['k'] == DIGIT_RECIPE['d_proj'] // 8      # paper: k = 256 of 2048
     assert DIGIT_MODELS == 'monosemantic_digit_pairs' and METHODS == ('simclr', 'ncl', 'sae')
     assert inspect.signature(train_digit_net).parameters['steps'].default == DIGIT_RECIPE['steps']
-    assert inspect.signature(train_feature_sae).parameters['steps'].default == DIGIT_RECIPE['sae_steps']
+    assert inspect.signature(train_feature_sae).parameters['steps'].default == DIGIT_RECIPE['sae_steps'] == 3000
 
 @pytest.fixture(scope='module')
 def few_pairs():
@@ -882,9 +875,9 @@ def test_train_feature_sae(few_pairs, untouched):
     assert sae.scale.item() == pytest.approx(4.0, rel=1e-4)
     s4, _, _ = train_feature_sae(tiny_net('none', d_proj=4).eval(), few_pairs, steps=1, batch_size=4, progress=False)
     assert s4.k == 1                                                                          # at least one latent
-    s3, _, r3 = train_feature_sae(net, few_pairs, k=3, steps=2, batch_size=8, lr=0.0, progress=False)
+    s3, _, r3 = train_feature_sae(net, few_pairs, top_k=3, steps=2, batch_size=8, lr=0.0, progress=False)
     assert s3.k == 3 and r3.history.lr.max() == 0.0
-    assert inspect.signature(train_feature_sae).parameters['k'].default is None
+    assert inspect.signature(train_feature_sae).parameters['top_k'].default is None
 
 ASSET = assets_dir()/f'{DIGIT_MODELS}.safetensors'
 
@@ -944,10 +937,10 @@ def test_probing_protocols_leave_the_encoders_untouched(untouched):
     maps = {'NCL': lambda v: projector_features(net, v), 'SAE': lambda v: projector_features(net, v, sae)}
     x, y = torch.randn(40, 6, generator=g), torch.arange(40) % 4
     with untouched(net, sae):
-        robustness_table(maps, x, y, x, y, epochs=1)
-        label_noise_curve(maps, x, y, x, y, rates=(0.0, 0.5), epochs=1)
-        input_noise_curve(maps, x, y, x, y, sigmas=(0.1,), epochs=1)
-        with pytest.raises(ConfigError, match='rate='): label_noise_curve(maps, x, y, x, y, rates=(0.5, 1.0), epochs=1)
+        robustness_table(maps, x, y, x, y)
+        label_noise_curve(maps, x, y, x, y, rates=(0.0, 0.5))
+        input_noise_curve(maps, x, y, x, y, sigmas=(0.1,))
+        with pytest.raises(ConfigError, match='rate='): label_noise_curve(maps, x, y, x, y, rates=(0.5, 1.0))
     assert net.training and sae.training
 
 def test_remaining_defaults_and_smallest_valid_sizes():
@@ -956,12 +949,12 @@ def test_remaining_defaults_and_smallest_valid_sizes():
     assert sig['d_proj'].default == 256 and sig['d_hidden'].default == 512
     sig = inspect.signature(train_contrastive).parameters
     assert sig['steps'].default == 2000 and sig['batch_size'].default == 256 and sig['seed'].default == 0 and sig['progress'].default is True
-    for fn in (label_noise_curve, input_noise_curve, robustness_table, symmetric_label_noise, gaussian_input_noise, few_shot_indices, linear_probe):
+    for fn in (label_noise_curve, input_noise_curve, robustness_table, symmetric_label_noise, gaussian_input_noise, few_shot_indices):
         assert inspect.signature(fn).parameters['seed'].default == 0, fn.__name__
     net = ContrastiveNet(nn.Linear(3, 1), 1, d_proj=1, d_hidden=1)                    # widths of 1 are valid
     assert net(torch.randn(4, 3)).shape == (4, 1)
     g = torch.Generator().manual_seed(0)
-    res = train_contrastive(ContrastiveNet(nn.Linear(3, 4), 4, 4, 4), torch.randn(2, 3, generator=g),
+    _, _, res = train_contrastive(ContrastiveNet(nn.Linear(3, 4), 4, 4, 4), torch.randn(2, 3, generator=g),
                             lambda x, gen: x + 0.1 * torch.randn(x.shape, generator=gen), steps=2, batch_size=2, progress=False)
     assert len(res.history) == 2                                                    # 2 images and batches of 2 are enough
     one = digit_pairs('test', n=1)
@@ -978,12 +971,12 @@ def test_digit_augment_rotation_and_zoom_together():
 def test_warmup_is_a_twentieth_of_the_steps():
     "train_contrastive warms up for steps // 20 steps (at least 1): with 100 steps the learning rate climbs over the first 5."
     g = torch.Generator().manual_seed(0)
-    res = train_contrastive(ContrastiveNet(nn.Linear(3, 4), 4, 4, 4), torch.randn(8, 3, generator=g),
+    _, _, res = train_contrastive(ContrastiveNet(nn.Linear(3, 4), 4, 4, 4), torch.randn(8, 3, generator=g),
                             lambda x, gen: x + 0.1 * torch.randn(x.shape, generator=gen), steps=100, batch_size=2, lr=1.0, progress=False)
     assert res.history.lr.iloc[:5].tolist() == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
     assert res.history.lr.iloc[5] == pytest.approx(1.0)
     for steps, want in ((110, 0.2), (10, 1.0)):                         # 110 // 20 = 5 (integer division); at least 1 step
-        res = train_contrastive(ContrastiveNet(nn.Linear(3, 4), 4, 4, 4), torch.randn(8, 3, generator=g),
+        _, _, res = train_contrastive(ContrastiveNet(nn.Linear(3, 4), 4, 4, 4), torch.randn(8, 3, generator=g),
                                 lambda x, gen: x + 0.1 * torch.randn(x.shape, generator=gen), steps=steps, batch_size=2, lr=1.0, progress=False)
         assert res.history.lr.iloc[0] == pytest.approx(want), steps
 
@@ -1021,24 +1014,15 @@ def test_monosemanticity_counts_small_active_dims_and_its_default_eps():
     assert inspect.signature(monosemanticity).parameters['eps'].default == 1e-5
     assert monosemanticity(torch.tensor([[2e-5, 1.], [1., 0.]]), torch.tensor([0, 1])).sparsity == pytest.approx(0.25)
 
-def test_boundaries_and_the_probe_schedule(monkeypatch):
-    "Smallest valid values (k=1, two classes, one per class) are accepted; the probe sees every row and runs epochs·⌈n/batch⌉ steps."
+def test_boundaries():
+    "Smallest valid values (top_k=1, two classes, one per class) are accepted."
     acts = torch.tensor([[3., 0.], [1., 2.], [0., 5.]])
-    assert top_activating(acts, 1, k=1).tolist() == [2]
+    assert top_activating(acts, 1, top_k=1).tolist() == [2]
     y2 = torch.arange(10) % 2
     assert (symmetric_label_noise(y2, 0.5, 2) != y2).sum() == 5 and torch.equal(symmetric_label_noise(y2, 0.5, 2)[symmetric_label_noise(y2, 0.5, 2) != y2], 1 - y2[symmetric_label_noise(y2, 0.5, 2) != y2])
     assert few_shot_indices(torch.tensor([0, 0, 1, 1, 1]), 1).numel() == 2
     eye = 5 * torch.eye(3)
-    probe = linear_probe(eye, torch.tensor([0, 1, 2]), epochs=200)
-    assert probe_score(probe, eye, torch.tensor([0, 1, 2])) == 1.0          # row 0, the only example of class 0, is trained on too
-    sig = inspect.signature(linear_probe).parameters
-    assert (sig['epochs'].default, sig['batch_size'].default, sig['lr'].default, sig['weight_decay'].default) == (30, 256, 1e-2, 0.0)
-    steps = []
-    real_fit = mono.fit
-    monkeypatch.setattr(mono, 'fit', lambda *a, **kw: steps.append(a[3]) or real_fit(*a, **kw))
-    linear_probe(torch.randn(300, 4), torch.arange(300) % 3, epochs=2, batch_size=128)
-    linear_probe(torch.randn(50, 4), torch.arange(50) % 3, epochs=3)
-    assert steps == [2 * 3, 3 * 1]                                          # ⌈300/128⌉ = 3 steps an epoch; a batch of at most n rows
+    assert robustness_table({'id': ident}, eye, torch.tensor([0, 1, 2]), eye, torch.tensor([0, 1, 2]), label_noise=0.0).loc['id', 'clean'] == 1.0   # one example of each class is enough
 
 def test_demo_defaults_and_the_recipe_the_asset_was_trained_with():
     "The demo's entry points default to the shipped recipe, and DIGIT_RECIPE is the recipe recorded in the shipped asset."
@@ -1056,5 +1040,5 @@ def test_width_mismatches_raise_shape_errors():
     "An SAE narrower or wider than the projection, and a probe scored on features of another width, raise ShapeError."
     net = ContrastiveNet(nn.Linear(3, 4), 4, d_proj=8, d_hidden=4)
     with pytest.raises(ShapeError, match='d_in=5'): projector_features(net, torch.randn(4, 3), SAE(5, 5, 'topk', 2))
-    probe = linear_probe(torch.randn(20, 8), torch.arange(20) % 2, epochs=1)
-    with pytest.raises(ShapeError, match='width 7; the probe reads 8'): probe_score(probe, torch.randn(20, 7), torch.arange(20) % 2)
+    probe = linear_probe(torch.randn(20, 8), torch.arange(20) % 2, test_frac=0.5)
+    with pytest.raises(ShapeError, match='7 features; the probe reads 8'): probe.score(torch.randn(20, 7), torch.arange(20) % 2)

@@ -2,7 +2,7 @@
 oversight's scores against a brute-force re-computation (one unpadded prompt at a time), the sweep's per-item table and the
 paper's probability-kept criterion against loops over that re-computation, items checked by an independent parser, typed errors
 (masked LMs, bad sites, bad batches), negative layers, dtypes, the model left untouched."""
-import copy, inspect, os, random, re
+import contextlib, copy, inspect, io, os, random, re
 import pytest, torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from interpkit.models import tiny_lm, tiny_tokenizer
@@ -10,10 +10,11 @@ from interpkit.errors import ConfigError, ShapeError, SiteError
 from interpkit.hooks import resid_post, mlp_out
 from interpkit.models import encode_left
 from interpkit.papers import orion
-from interpkit.papers.orion import (DOMAINS, INJECTIONS, Item, make_items, render, injected, request_patch, answer_id, prompt, task_tokenizer,
-                                    last_logits, oversight, patch_report, show_patch, top_tokens, sweep, band_summary, plot_sweep, load_task_lm,
-                                    train_task_lm, task_document, recall_document, chat_prompt, Patched, PatchReport, SweepResult, Band,
-                                    probability_kept, Kept, same_request_patch)
+from interpkit.papers.orion import (DOMAINS, INJECTIONS, Item, make_items, render, injected, request_patch, answer_id, prompt,
+                                    last_logits, oversight, patch_report, show_patch, top_tokens, sweep, band_summary, plot_sweep,
+                                    chat_prompt, Patched, PatchReport, SweepResult, Band, probability_kept, Kept, same_request_patch)
+from interpkit.demos import orion as orion_demo
+from interpkit.demos.orion import task_tokenizer, load_task_lm, train_task_lm, task_document, recall_document
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
@@ -628,7 +629,7 @@ def test_last_logits_patch_report_and_top_tokens_against_plain_forward(templated
     ref_src, ref_dst = _forward(m, _ids(tokenizer, src))[0], _forward(m, _ids(tokenizer, dst))[0]
     with untouched(m, tokenizer):
         torch.testing.assert_close(last_logits(m, encode_left(tokenizer, [dst, src]), batch_size=1), torch.stack([ref_dst, ref_src]), atol=1e-5, rtol=1e-5)
-        rep = patch_report(m, tokenizer, it, resid_post(-1), k=4)           # final layer: the source's distribution
+        rep = patch_report(m, tokenizer, it, resid_post(-1), top_k=4)           # final layer: the source's distribution
     assert isinstance(rep, PatchReport) and rep.site == 'resid_post(-1)' and (rep.source, rep.destination) == (src, dst)
     for got, lg in ((rep.patched, ref_src), (rep.unpatched, ref_dst)):
         p = lg.double().softmax(-1)
@@ -637,7 +638,7 @@ def test_last_logits_patch_report_and_top_tokens_against_plain_forward(templated
         assert [q for _, q in got] == pytest.approx([p[i].item() for i in order], abs=1e-6)
     assert rep.answers == {'r1c1': dict(it.c1)[it.r1], 'r2c2': dict(it.c2)[it.r2], 'r1c2': dict(it.c2)[it.r1]}
     assert 'tensor(' not in repr(rep) and len(repr(rep)) < 600
-    assert len(top_tokens(tokenizer, ref_src)) == 5 and len(patch_report(m, tokenizer, it, 'resid_post(0)').patched) == 5   # k=5 by default
+    assert len(top_tokens(tokenizer, ref_src)) == 5 and len(patch_report(m, tokenizer, it, 'resid_post(0)').patched) == 5   # top_k=5 by default
 
 def test_results_print_briefly(task):
     m, _, tokenizer, _ = task
@@ -695,7 +696,7 @@ def test_recall_documents_consistent_and_seeded():
 def test_shipped_task_lm_answers_and_decomposes(task, untouched):
     "The shipped toy model answers fresh items and request-patching after block 1 gives R1(C2); the sweep leaves it untouched."
     m, _, tokenizer, meta = task
-    assert meta['recipe']['fn'] == 'interpkit.papers.orion.train_task_lm' and meta['tiny_lm'] == orion.TASK_LM
+    assert meta['recipe']['fn'] in ('interpkit.papers.orion.train_task_lm', 'interpkit.demos.orion.train_task_lm') and meta['tiny_lm'] == orion_demo.TASK_LM
     items = [it for d in DOMAINS for it in make_items(d, 6, seed=11)]
     with untouched(m, tokenizer): r = sweep(m, tokenizer, items, ['resid_post(0)', 'resid_post(3)'])
     assert r.base.survivors.sum() >= 0.9 * len(items), r.base
@@ -725,7 +726,7 @@ def _injection_of(text):
 def test_injection_documents_obey_their_injections():
     rng, seen, n = random.Random(3), {'override': 0, 'note': 0, 'redirect': 0, None: 0}, 0
     for _ in range(600):
-        text = orion.injection_document(rng, 4)
+        text = orion_demo.injection_document(rng, 4)
         inj = _injection_of(text)
         pairs = _context_pairs(text.replace(text.split('\n')[1] + '\n', '') if inj and text.split('\n')[1].startswith(('Ignore', 'Note', 'Important')) else text)
         seen[inj[0] if inj else None] += 1
@@ -736,30 +737,30 @@ def test_injection_documents_obey_their_injections():
             assert words[-1] == want, (text, line); n += 1
         if inj and inj[1]: assert inj[1] not in pairs.values()   # an injected value is never in the context
     assert n == 2400 and 240 < seen[None] < 360 and all(70 < seen[k] < 130 for k in INJECTIONS), seen   # half injected, the kinds equally often
-    assert _injection_of(orion.injection_document(random.Random(1), 2, inject_frac=0.)) is None
-    assert _injection_of(orion.injection_document(random.Random(1), 2, inject_frac=1., kinds=['note']))[0] == 'note'
+    assert _injection_of(orion_demo.injection_document(random.Random(1), 2, inject_frac=0.)) is None
+    assert _injection_of(orion_demo.injection_document(random.Random(1), 2, inject_frac=1., kinds=['note']))[0] == 'note'
     for bad in (dict(inject_frac=1.5), dict(kinds=['shout']), dict(domain='poem')):
-        with pytest.raises(ConfigError): orion.injection_document(rng, **bad)
+        with pytest.raises(ConfigError): orion_demo.injection_document(rng, **bad)
 
 def test_injection_tokenizer_keeps_the_task_ids():
-    t, base = orion.injection_tokenizer(), task_tokenizer().get_vocab()
+    t, base = orion_demo.injection_tokenizer(), task_tokenizer().get_vocab()
     assert all(t.get_vocab()[w] == i for w, i in base.items()) and len(t) > len(base)
     for kind, line in INJECTIONS.items():
         ids = t(line.format(x='Paris', k='Bob'), add_special_tokens=False)['input_ids']
         assert t.unk_token_id not in ids, kind
 
 def test_train_injection_lm_is_seeded_and_rejects_bad_fractions():
-    a, tokenizer, ra = orion.train_injection_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
-    b, _, _ = orion.train_injection_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
+    a, tokenizer, ra = orion_demo.train_injection_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
+    b, _, _ = orion_demo.train_injection_lm(3, batch_size=4, progress=False, n_layers=1, d_model=16)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-    assert not a.training and len(ra.history) == 3 and len(tokenizer) == a.config.vocab_size == len(orion.injection_tokenizer())
-    with pytest.raises(ConfigError, match='recall_frac'): orion.train_injection_lm(2, recall_frac=1.5)
-    with pytest.raises(ConfigError, match='inject_frac'): orion.train_injection_lm(2, inject_frac=-0.5)
+    assert not a.training and len(ra.history) == 3 and len(tokenizer) == a.config.vocab_size == len(orion_demo.injection_tokenizer())
+    with pytest.raises(ConfigError, match='recall_frac'): orion_demo.train_injection_lm(2, recall_frac=1.5)
+    with pytest.raises(ConfigError, match='inject_frac'): orion_demo.train_injection_lm(2, inject_frac=-0.5)
 
 @pytest.fixture(scope='module')
 def injection_lm():
     torch.manual_seed(0)
-    return orion.load_injection_lm()
+    return orion_demo.load_injection_lm()
 
 def test_shipped_injection_lm_reaches_its_stated_accuracy_on_fresh_items(injection_lm, untouched):
     "Clean accuracy and the injected prompts' unpatched accuracy, recomputed on the items the tools script scored, and on fresh ones."
@@ -780,8 +781,8 @@ def test_shipped_injection_lm_reaches_its_stated_accuracy_on_fresh_items(injecti
     assert fol[['note', 'override']].min() >= 0.9 and all(abs(fol[k] - stated[k]) < 0.15 for k in INJECTIONS), (fol, stated)   # it obeys the value injections, the redirect about as often as stated
 
 def test_injection_lm_vocabulary_is_checked(monkeypatch):
-    monkeypatch.setattr(orion, 'injection_tokenizer', task_tokenizer)   # a vocabulary without the injections' words
-    with pytest.raises(ConfigError, match='vocabulary'): orion.load_injection_lm()
+    monkeypatch.setattr(orion_demo, 'injection_tokenizer', task_tokenizer)   # a vocabulary without the injections' words
+    with pytest.raises(ConfigError, match='vocabulary'): orion_demo.load_injection_lm()
 
 def test_injection_asset_script_on_a_short_run(tmp_path):
     import sys
@@ -799,7 +800,7 @@ def test_injection_documents_layout_and_sizes():
     "The first question comes with the whole (injected) context, later ones alone; contexts of 2, 3 and 4 pairs all occur."
     rng, sizes = random.Random(11), set()
     for _ in range(200):
-        text = orion.injection_document(rng, 3, inject_frac=0.5)
+        text = orion_demo.injection_document(rng, 3, inject_frac=0.5)
         lines = text.split('\n')
         qs = [i for i, l in enumerate(lines) if l.startswith(('What', 'Where'))]
         ans = [i for i, l in enumerate(lines) if l.startswith('Answer:')]
@@ -807,17 +808,17 @@ def test_injection_documents_layout_and_sizes():
         assert qs[1] == ans[0] + 1 and qs[2] == ans[1] + 1   # later questions come alone, without the context again
         sizes.add(len(_context_pairs(text)))
     assert sizes == {2, 3, 4}
-    for f in (0., 1.): orion.injection_document(rng, 2, inject_frac=f)   # the bounds are valid
+    for f in (0., 1.): orion_demo.injection_document(rng, 2, inject_frac=f)   # the bounds are valid
 
 def test_train_injection_lm_schedule_and_bounds():
     from interpkit.train import lr_factor
-    m, tokenizer, res = orion.train_injection_lm(20, batch_size=2, lr=2e-3, progress=False, n_layers=1, d_model=16)
+    m, tokenizer, res = orion_demo.train_injection_lm(20, batch_size=2, lr=2e-3, progress=False, n_layers=1, d_model=16)
     assert res.history.lr.tolist() == pytest.approx([2e-3 * lr_factor(s, 20, 2, 'constant') for s in range(20)])   # warmup min(200, steps // 10) = 2, then constant
     assert res.optimizer.param_groups[0]['betas'] == (0.9, 0.98) and 'grad_norm' in res.history   # its own AdamW, clipped gradients
-    assert m.config.hidden_size == 16 and m.config.num_attention_heads == orion.TASK_LM['n_heads']   # shape overrides on top of TASK_LM
+    assert m.config.hidden_size == 16 and m.config.num_attention_heads == orion_demo.TASK_LM['n_heads']   # shape overrides on top of TASK_LM
     for ok in (dict(recall_frac=0.), dict(recall_frac=1.), dict(inject_frac=0.), dict(inject_frac=1.)):
-        orion.train_injection_lm(1, batch_size=2, progress=False, n_layers=1, d_model=16, **ok)
-    with pytest.raises(ConfigError, match='inject_frac'): orion.train_injection_lm(2, inject_frac=1.5)
+        orion_demo.train_injection_lm(1, batch_size=2, progress=False, n_layers=1, d_model=16, **ok)
+    with pytest.raises(ConfigError, match='inject_frac'): orion_demo.train_injection_lm(2, inject_frac=1.5)
 
 # ---------- oversight on an oracle stub whose answers are known in closed form
 
@@ -877,7 +878,7 @@ def _oracle_table(values_at, site, ignore, kind, domain, when):
 
 @pytest.mark.parametrize('values_at,site', [('ans', 'req'), ('req', 'req'), ('ans', 'ans')])
 def test_oversight_on_an_oracle_stub_in_closed_form(values_at, site, untouched):
-    tokenizer, ignore = orion.injection_tokenizer(), ('code',)
+    tokenizer, ignore = orion_demo.injection_tokenizer(), ('code',)
     stub = _Oracle(tokenizer, values_at, ignore)
     items = [it for n, d in zip((2, 3, 4, 5), DOMAINS) for it in make_items(d, n, seed=9)]
     for it in items[:4]:                                                   # the stub answers clean prompts right
@@ -891,7 +892,7 @@ def test_oversight_on_an_oracle_stub_in_closed_form(values_at, site, untouched):
         assert (r.accuracy, r.followed, r.source) == _oracle_table(values_at, site, ignore, r.kind, r.domain, r.when), r
 
 def test_oversight_refuses_bad_input_on_a_stub(untouched):
-    tokenizer = orion.injection_tokenizer()
+    tokenizer = orion_demo.injection_tokenizer()
     stub, items = _Oracle(tokenizer), make_items('code', 2)
     with untouched(stub, tokenizer):
         with pytest.raises(ConfigError, match='no items'): oversight(stub, tokenizer, [], 'req')
@@ -920,35 +921,73 @@ def _by_kind(ov):
 def test_injection_training_recipe_batches_and_early_refusal(injection_lm, monkeypatch):
     "What `train_injection_lm` hands `fit`: the documented schedule, fresh documents every step mixed as asked; its defaults are the shipped recipe; bad fractions fail before a model is built."
     seen, recipe = {}, {k: v for k, v in injection_lm[2]['recipe'].items() if k != 'fn'}
-    sig = inspect.signature(orion.train_injection_lm).parameters
+    sig = inspect.signature(orion_demo.train_injection_lm).parameters
     assert {k: sig[k].default for k in recipe} == recipe                   # train_injection_lm() remakes the shipped model
     def spy(model, batches, loss, steps, **kw):
         g, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
         docs = [tuple(map(tuple, batches(s, g)['input_ids'].tolist())) for s in range(150)]
         assert [tuple(map(tuple, batches(s, g2)['input_ids'].tolist())) for s in range(3)] == docs[:3]   # the generator decides the documents
         seen.update(kw, steps=steps, docs=docs)
-    monkeypatch.setattr(orion, 'fit', spy)
-    tok = orion.injection_tokenizer()
+    import interpkit.train as train
+    monkeypatch.setattr(train, 'fit', spy)   # train_injection_lm trains with interpkit.train.train_tiny_lm, which calls fit
+    tok = orion_demo.injection_tokenizer()
     for steps, warm in ((3000, 200), (2010, 200), (25, 2)):
-        orion.train_injection_lm(steps, batch_size=4, n_layers=1, d_model=16)
+        orion_demo.train_injection_lm(steps, batch_size=4, n_layers=1, d_model=16)
         assert seen['steps'] == steps and seen['warmup'] == warm and type(seen['warmup']) is int and seen['grad_clip'] == 1.0, seen
         assert seen['schedule'] == 'constant' and seen['progress'] is True and seen['seed'] == 0
         assert len(set(seen['docs'])) == 150                                # fresh documents at every step
         texts = [tok.decode([i for i in d if i != tok.pad_token_id]) for b in seen['docs'] for d in b]
         assert 0.4 < _mean(['?' not in t for t in texts]) < 0.6             # half are recall documents (they ask no question)
         assert 0.15 < _mean([any(w in t for w in ('Ignore', 'Note', 'Important')) for t in texts]) < 0.35   # half the rest carry an injection
-    orion.train_injection_lm(5, inject_frac=0., recall_frac=0., batch_size=4, n_layers=1, d_model=16, progress=False)
+    orion_demo.train_injection_lm(5, inject_frac=0., recall_frac=0., batch_size=4, n_layers=1, d_model=16, progress=False)
     texts = [tok.decode(list(d)) for b in seen['docs'] for d in b]
     assert all('?' in t and not any(w in t for w in ('Ignore', 'Note', 'Important')) for t in texts) and seen['progress'] is False
-    monkeypatch.setattr(orion, 'tiny_lm', lambda *a, **k: pytest.fail('a model was built'))
-    for bad, msg in ((dict(inject_frac=1.5), r'inject_frac=1\.5\. A fraction in \[0, 1\]\. Use e\.g\. 0\.5\.'), (dict(inject_frac=-1), 'inject_frac=-1'),
-                     (dict(recall_frac=2), r'recall_frac=2\. A fraction in \[0, 1\]\. Use e\.g\. 0\.5\.')):
-        with pytest.raises(ConfigError, match=f'^{msg}'): orion.train_injection_lm(2, **bad)
+    monkeypatch.setattr(train, 'tiny_lm', lambda *a, **k: pytest.fail('a model was built'))
+    for bad, msg in ((dict(inject_frac=1.5), r'inject_frac=1\.5 is not valid\. inject_frac must be a fraction in \[0, 1\]\. Use e\.g\. 0\.5\.'), (dict(inject_frac=-1), 'inject_frac=-1'),
+                     (dict(recall_frac=2), r'recall_frac=2 is not valid\. recall_frac must be a fraction in \[0, 1\]\. Use e\.g\. 0\.5\.')):
+        with pytest.raises(ConfigError, match=f'^{msg}'): orion_demo.train_injection_lm(2, **bad)
 
 def test_injection_document_default_and_messages(monkeypatch):
-    text = orion.injection_document(random.Random(2))
+    text = orion_demo.injection_document(random.Random(2))
     assert text.count('\nAnswer: ') == 6                                    # six questions by default
-    with pytest.raises(ConfigError, match=r'^inject_frac=2\. A probability in \[0, 1\]\. Use e\.g\. 0\.5\.$'): orion.injection_document(random.Random(0), inject_frac=2)
-    monkeypatch.setattr(orion, 'injection_tokenizer', task_tokenizer)
-    with pytest.raises(ConfigError, match=r"^Asset 'orion_injection_lm' was trained with another vocabulary than today's `injection_tokenizer\(\)`\. .* Re-run tools/make_orion_injection_lm\.py\.$"):
-        orion.load_injection_lm()
+    with pytest.raises(ConfigError, match=r'^inject_frac=2 is not valid\. inject_frac must be a fraction in \[0, 1\]\. Use e\.g\. 0\.5\.$'): orion_demo.injection_document(random.Random(0), inject_frac=2)
+    monkeypatch.setattr(orion_demo, 'injection_tokenizer', task_tokenizer)
+    with pytest.raises(ConfigError, match=r"^Asset 'orion_injection_lm' was trained with another vocabulary than the tokenizer given: 100 tokens against 88, first different at id 88 .* Re-make the asset with `python tools/make_orion_injection_lm\.py`"):
+        orion_demo.load_injection_lm()
+
+# ---------- renamed and moved names: the old spellings work for one release, with a FutureWarning
+
+def test_old_names_of_the_demo_still_work_and_warn():
+    for name in ('TASK_LM', 'task_tokenizer', 'task_document', 'recall_document', 'train_task_lm', 'load_task_lm', 'injection_tokenizer',
+                 'injection_document', 'train_injection_lm', 'load_injection_lm'):
+        with pytest.warns(FutureWarning, match=f'orion.{name} is now interpkit.demos.orion.{name}'): assert getattr(orion, name) is getattr(orion_demo, name)
+        assert name not in orion.__all__ and name in orion_demo.__all__
+    with pytest.raises(AttributeError): orion.no_such_name
+
+def test_top_k_was_k():
+    tokenizer = task_tokenizer()
+    lg = torch.randn(len(tokenizer), generator=torch.Generator().manual_seed(1))
+    with pytest.warns(FutureWarning, match='k= is now called top_k='): old = top_tokens(tokenizer, lg, k=3)
+    assert old == top_tokens(tokenizer, lg, top_k=3) and len(old) == 3
+    m = tiny_lm('llama', n_layers=1, vocab_size=len(tokenizer), max_len=256, seed=0)
+    it = make_items('code', 1, seed=0)[0]
+    with pytest.warns(FutureWarning, match='k= is now called top_k='): rep = patch_report(m, tokenizer, it, 'resid_post(0)', k=2)
+    assert rep == patch_report(m, tokenizer, it, 'resid_post(0)', top_k=2) and len(rep.patched) == 2
+    with pytest.warns(FutureWarning, match='k= is now called top_k='), contextlib.redirect_stdout(io.StringIO()): tab = show_patch(m, tokenizer, it, 'resid_post(0)', k=2)
+    assert tab.shape == (2, 2)
+
+def test_injected_key_was_k():
+    c = (('Bob', 'Rome'), ('Tom', 'Cairo'))
+    with pytest.warns(FutureWarning, match='k= is now called key='): old = injected('story', c, 'Bob', 'redirect', 'Paris', k='Tom')
+    assert old == injected('story', c, 'Bob', 'redirect', 'Paris', key='Tom') and 'about Tom' in old[0]
+
+def test_documents_take_a_seed_and_rng_was_renamed():
+    for f in (task_document, recall_document, orion_demo.injection_document):
+        with pytest.warns(FutureWarning, match='rng= is now called seed='): old = f(rng=random.Random(4))
+        assert old == f(seed=random.Random(4)) == f(4)   # an int seed is a fresh random.Random(seed)
+
+def test_loaders_and_trainers_return_named_tuples():
+    from interpkit.train import Shipped, Trained
+    assert isinstance(load_task_lm(), Shipped) and isinstance(orion_demo.load_injection_lm(), Shipped)
+    tr = train_task_lm(2, batch_size=2, progress=False, n_layers=1, d_model=16)
+    assert isinstance(tr, Trained) and tr.tokenizer is not None and len(tr.fit.history) == 2

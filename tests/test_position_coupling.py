@@ -1,7 +1,7 @@
 """Tests of interpkit.papers.position_coupling (paper 15, Cho et al. ICLR 2025) against hand-worked encodings, a second
 construction of the position ids from string indices, brute-force arithmetic, a hand-written transformer forward and
 cross-entropy, models whose outputs are known by construction, and brute-force greedy decoding."""
-import collections, dataclasses, itertools, math, random, re, warnings
+import collections, dataclasses, inspect, itertools, math, random, re, warnings
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt
@@ -11,12 +11,14 @@ from safetensors.torch import load_file
 from interpkit.errors import AssetNotFound, ConfigError, ShapeError
 from interpkit.train import assets_dir, load_asset, save_asset
 import interpkit.papers.position_coupling as pc
-from interpkit.papers.position_coupling import (ARITHMETIC_VOCAB, POSITION_SIGNALS, ADDER_RECIPES, TWO_OPERAND_RECIPES, ADDERS_ASSET,
-                                                GRID_DIGITS, GRID_COUNTS, padded_width, check_operands, Encoded, encode_addition,
-                                                position_table, encode_multiplication, parse_answer, CoupledTransformer, collate,
-                                                answer_loss, sample_operands, random_starts, AdderRecipe, training_problem, train_adder,
-                                                exact_match, greedy_answer, evaluation_problems, accuracy_grid, load_adder, shipped_meta,
-                                                shipped_grids, in_range, summarize, plot_position_ids)
+import interpkit.demos.position_coupling as demo
+from interpkit.train import Shipped, Trained
+from interpkit.papers.position_coupling import (ARITHMETIC_VOCAB, POSITION_SIGNALS, padded_width, check_operands, Encoded, encode_addition,
+                                                position_table, encode_multiplication, parse_answer, CoupledTransformer, collate_batch,
+                                                answer_loss, random_starts, exact_match, greedy_answer, evaluation_problems, accuracy_grid,
+                                                in_range, summarize, plot_position_ids)
+from interpkit.demos.position_coupling import (ADDER_RECIPES, TWO_OPERAND_RECIPES, ADDERS_ASSET, GRID_DIGITS, GRID_COUNTS, sample_operands,
+                                               AdderRecipe, training_problem, train_adder, load_adder, ShippedGrids, load_grids)
 
 torch.set_num_threads(1)
 
@@ -359,7 +361,7 @@ def test_position_table():
 
 def test_collate_hand_checked():
     p, q = encode_addition([57, 8, 123]), encode_addition([1, 2])
-    b = collate([p, q])
+    b = collate_batch([p, q])
     assert set(b) == {'input_ids', 'position_ids', 'labels'}
     assert b['input_ids'].shape == (2, 36) and b['position_ids'].shape == (2, 2, 36) and b['labels'].shape == (2, 36)
     assert all(v.dtype == torch.long and v.device.type == 'cpu' for v in b.values())
@@ -375,22 +377,22 @@ def test_collate_hand_checked():
 
 def test_collate_single_and_device():
     e = encode_addition([5, 6], False)
-    b = collate([e])
+    b = collate_batch([e])
     assert b['input_ids'].shape == (1, len(e.text)) and b['position_ids'].shape == (1, 1, len(e.text))
-    m = collate([e], device='meta')
+    m = collate_batch([e], device='meta')
     assert all(v.device.type == 'meta' for v in m.values())
-    assert all(v.device.type == 'cpu' for v in collate([e], device=torch.device('cpu')).values())
+    assert all(v.device.type == 'cpu' for v in collate_batch([e], device=torch.device('cpu')).values())
 
 def test_collate_errors():
-    with pytest.raises(ConfigError, match='No problem'): collate([])
-    with pytest.raises(ShapeError, match=re.escape('[1, 2]')): collate([encode_addition([1, 2]), encode_addition([1, 2], False)])
+    with pytest.raises(ConfigError, match='No problem'): collate_batch([])
+    with pytest.raises(ShapeError, match=re.escape('[1, 2]')): collate_batch([encode_addition([1, 2]), encode_addition([1, 2], False)])
 
 # ---------------------------------------------------------------- CoupledTransformer
 
 @pytest.mark.parametrize('positions', POSITION_SIGNALS)
 def test_forward_equals_hand_written(positions):
     m = tiny(positions, levels=2, table_size=21, max_len=40)
-    b = collate([encode_addition([57, 8, 123], starts=(4, 2)), encode_addition([5, 6])])
+    b = collate_batch([encode_addition([57, 8, 123], starts=(4, 2)), encode_addition([5, 6])])
     with torch.no_grad():
         want = manual_forward(m, b['input_ids'], b['position_ids'])
         got = m(b['input_ids'], b['position_ids'])                         # training mode (dropout 0)
@@ -404,14 +406,14 @@ def test_forward_two_layers_and_three_levels():
     torch.manual_seed(1)
     m = CoupledTransformer('coupled', 3, 12, d_model=8, n_layers=2, n_heads=4, d_ff=16)
     assert len(m.position_tables) == 3 and m.embed.weight.shape == (16, 8) and m.unembed.out_features == 16
-    b = collate([encode_multiplication(123, 45)])
+    b = collate_batch([encode_multiplication(123, 45)])
     with torch.no_grad(): torch.testing.assert_close(m(b['input_ids'], b['position_ids']), manual_forward(m, b['input_ids'], b['position_ids']),
                                                      atol=2e-5, rtol=1e-4)
 
 @pytest.mark.parametrize('positions', POSITION_SIGNALS)
 def test_forward_is_causal(positions):
     m = tiny(positions).eval()
-    b = collate([encode_addition([57, 8, 123])])
+    b = collate_batch([encode_addition([57, 8, 123])])
     ids, pos = b['input_ids'], b['position_ids']
     ids2 = ids.clone(); ids2[0, 20] = (ids2[0, 20] + 3) % 16
     pos2 = pos.clone(); pos2[0, :, 25] = 9
@@ -423,7 +425,7 @@ def test_forward_is_causal(positions):
     assert torch.allclose(y, y3, atol=1e-6) != (positions == 'coupled')     # only the coupled model reads position_ids
 
 def test_position_signals_and_permutations():
-    b = collate([encode_addition([57, 8, 123])])
+    b = collate_batch([encode_addition([57, 8, 123])])
     ids, pos = b['input_ids'], b['position_ids']
     perm = torch.cat([torch.randperm(35, generator=torch.Generator().manual_seed(0)), torch.tensor([35])])
     last = lambda m, i, p: m(i, p)[0, -1]
@@ -444,7 +446,7 @@ def test_coupled_with_zero_tables_equals_no_positions():
     with torch.no_grad():
         for t in co.position_tables: t.weight.zero_()
     none.load_state_dict({k: v for k, v in co.state_dict().items() if not k.startswith('position_tables')})
-    b = collate([encode_addition([57, 8, 123]), encode_addition([4, 5])])
+    b = collate_batch([encode_addition([57, 8, 123]), encode_addition([4, 5])])
     with torch.no_grad():
         torch.testing.assert_close(co(b['input_ids'], b['position_ids']), none(b['input_ids']), atol=1e-6, rtol=1e-6)
         co.position_tables[1].weight[3] += torch.randn(16, generator=torch.Generator().manual_seed(0))   # one row of level 2 changes exactly the tokens with level-2 id 3
@@ -479,7 +481,7 @@ def test_answer_loss_hand_written():
             lp = m(ids, e.position_ids[None])[0].double().log_softmax(-1)
             for j in range(e.answer_start, len(e.text)):               # the answer and EOS, each predicted from the token before it
                 total -= float(lp[j - 1, TID[e.text[j]]]); count += 1
-        got = answer_loss(m, collate(probs))
+        got = answer_loss(m, collate_batch(probs))
     assert count == sum(len(e.text) - e.answer_start for e in probs)
     assert got.shape == () and got.dtype == torch.float32
     assert float(got) == pytest.approx(total / count, abs=1e-5)
@@ -488,25 +490,25 @@ def test_check_fits_coupled_boundaries(untouched):
     m = tiny('coupled', table_size=8)
     ok = [encode_addition([5, 6], starts=(5, 1)), encode_addition([5, 6], starts=(1, 5))]     # largest id 7 = table_size - 1
     assert max(int(e.position_ids.max()) for e in ok) == 7
-    assert torch.isfinite(answer_loss(m, collate(ok)))
+    assert torch.isfinite(answer_loss(m, collate_batch(ok)))
     for starts in [(6, 1), (1, 6)]:
         bad = [encode_addition([5, 6], starts=starts)]
-        with pytest.raises(ShapeError, match=r'Position id 8 is needed.*0\.\.7'): answer_loss(m, collate(bad))
+        with pytest.raises(ShapeError, match=r'Position id 8 is needed.*0\.\.7'): answer_loss(m, collate_batch(bad))
         with untouched(m), pytest.raises(ShapeError, match='Position id 8'): exact_match(m, ok + bad, batch_size=2)
 
 def test_check_fits_absolute_boundaries(untouched):
     m = tiny('absolute', max_len=16)
     ok, bad = encode_addition([5, 6]), encode_addition([55, 66])
     assert (len(ok.text), len(bad.text)) == (16, 21)
-    assert torch.isfinite(answer_loss(m, collate([ok])))
-    with pytest.raises(ShapeError, match="21 tokens.*model's absolute table has 16 rows"): answer_loss(m, collate([bad]))
+    assert torch.isfinite(answer_loss(m, collate_batch([ok])))
+    with pytest.raises(ShapeError, match="21 tokens.*model's absolute table has 16 rows"): answer_loss(m, collate_batch([bad]))
     with untouched(m), pytest.raises(ShapeError, match="model's absolute table has 16 rows"): exact_match(m, [bad])
     with untouched(m): assert exact_match(m, [ok]).shape == (1,)
 
 def test_check_fits_none_has_no_limit():
     m = tiny('none')
     e = encode_addition([5, 6], starts=(100, 100))
-    assert torch.isfinite(answer_loss(m, collate([e])))
+    assert torch.isfinite(answer_loss(m, collate_batch([e])))
 
 # ---------------------------------------------------------------- sample_operands, random_starts, training_problem
 
@@ -649,7 +651,7 @@ def test_train_adder_arguments(monkeypatch):
         seen.update(kw, model=model, steps=steps, loss_fn=loss_fn, batch=batches(0, torch.Generator().manual_seed(0)),
                     batch2=batches(0, torch.Generator().manual_seed(0)), training=model.training)
         return 'result'
-    monkeypatch.setattr(pc, 'fit', fake_fit)
+    monkeypatch.setattr(demo, 'fit', fake_fit)
     r = AdderRecipe(scratchpad=False, max_digits=2, counts=(3,), table_size=10, steps=250, batch_size=5, lr=0.02, **TINY)
     model, tok, res = train_adder(r, seed=3, progress=False)
     assert res == 'result' and tok is None and seen['model'] is model and not model.training
@@ -671,7 +673,7 @@ def test_train_adder_arguments(monkeypatch):
     assert (r.steps, r.batch_size, r.lr) == (250, 5, 0.02)
 
 def test_train_adder_by_name(monkeypatch):
-    monkeypatch.setattr(pc, 'fit', lambda model, batches, loss_fn, steps, **kw: (steps, batches(0, torch.Generator())))
+    monkeypatch.setattr(demo, 'fit', lambda model, batches, loss_fn, steps, **kw: (steps, batches(0, torch.Generator())))
     model, _, (steps, batch) = train_adder('nope', steps=3, batch_size=2, progress=False)
     assert model.positions == 'none' and model.embed.weight.shape[1] == 128 and len(model.blocks) == 2 and steps == 3
     assert batch['position_ids'].shape[1] == 2
@@ -846,11 +848,15 @@ def test_summarize_hand_made():
         one = summarize({'w': _grid([[0.25]], [1], [2])}, {'w': AdderRecipe(max_digits=1, counts=(2,))})
     assert one.loc['w', 'inside'] == 0.25 and one.drop(columns='inside').isna().all(axis=None)
 
-# ---------------------------------------------------------------- assets: load_adder, shipped_meta, shipped_grids
+# ---------------------------------------------------------------- assets: load_adder, load_grids
 
-def test_shipped_grids_from_hand_made_meta():
-    meta = {'grids': {'a': {'1': list(range(9)), '2': [0.5] * 9}, 'b': {'3': [1.0] * 9}}}
-    out = shipped_grids(meta)
+def test_load_grids_from_a_hand_made_asset(tmp_path, monkeypatch):
+    meta = {'grids': {'a': {'1': list(range(9)), '2': [0.5] * 9}, 'b': {'3': [1.0] * 9}}, 'grid_n': 7, 'training': {'a': {'sampler': 'x'}}}
+    save_asset('pc_grid_asset', {'x': torch.zeros(1)}, meta, folder=tmp_path)
+    monkeypatch.setattr(demo, 'load_asset', lambda name: load_asset(name, tmp_path))
+    shipped = load_grids('pc_grid_asset')
+    assert isinstance(shipped, ShippedGrids) and shipped.n == 7 and shipped.training == {'a': {'sampler': 'x'}}
+    out = shipped.grids
     assert set(out) == {'a', 'b'}
     assert list(out['a'].index) == [1, 2] and list(out['a'].columns) == list(range(2, 11))
     assert out['a'].index.name == 'digits' and out['a'].columns.name == 'operands'
@@ -862,17 +868,16 @@ def test_load_adder_from_a_hand_made_asset(tmp_path, monkeypatch):
     models = {k: AdderRecipe(**{**f, 'counts': (2,)}).build() for k, f in fields.items()}
     tensors = {f'{k}.{n}': v for k, m in models.items() for n, v in m.state_dict().items()}
     save_asset('pc_test_asset', tensors, {'recipes': fields, 'grids': {}}, folder=tmp_path)
-    monkeypatch.setattr(pc, 'load_asset', lambda name: load_asset(name, tmp_path))
+    monkeypatch.setattr(demo, 'load_asset', lambda name: load_asset(name, tmp_path))
     for k, want in models.items():
         model, tok, meta = load_adder(k, 'pc_test_asset')
         assert tok is None and not model.training and model.levels == want.levels and meta['recipes'] == fields
         assert all(torch.equal(v, want.state_dict()[n]) for n, v in model.state_dict().items())
-    assert shipped_meta('pc_test_asset')['recipes'] == fields
     with pytest.raises(ConfigError, match="'rope'"): load_adder('rope', 'pc_test_asset')
 
 def test_missing_asset_errors():
     with pytest.raises(AssetNotFound, match='no_such_asset'): load_adder('coupled', 'no_such_asset')
-    with pytest.raises(AssetNotFound, match='no_such_asset'): shipped_meta('no_such_asset')
+    with pytest.raises(AssetNotFound, match='no_such_asset'): load_grids('no_such_asset')
 
 def _need_asset():
     if not (assets_dir()/f'{ADDERS_ASSET}.safetensors').exists(): pytest.skip(f'{ADDERS_ASSET} not built yet (tools/make_position_coupling_assets.py)')
@@ -880,17 +885,18 @@ def _need_asset():
 def test_shipped_adders_load():
     _need_asset()
     raw = load_file(assets_dir()/f'{ADDERS_ASSET}.safetensors')
-    meta = shipped_meta()
+    meta = load_adder('coupled').meta
     assert set(meta['recipes']) == set(ADDER_RECIPES)
     for k, r in ADDER_RECIPES.items():
-        model, tok, m2 = load_adder(k)
-        assert tok is None and m2 == meta and not model.training
+        shipped = load_adder(k)
+        model, tok, m2 = shipped
+        assert isinstance(shipped, Shipped) and tok is None and m2 == meta and not model.training
         assert (model.positions, model.levels) == (r.positions, r.levels())
         assert meta['recipes'][k] == {**dataclasses.asdict(r), 'counts': list(r.counts)}
         sd = model.state_dict()
         assert set(sd) == {n[len(k) + 1:] for n in raw if n.split('.')[0] == k}
         assert all(torch.equal(sd[n[len(k) + 1:]], v) for n, v in raw.items() if n.split('.')[0] == k)
-    grids = shipped_grids(meta)
+    grids = load_grids().grids
     assert set(grids) == set(ADDER_RECIPES)
     for g in grids.values():
         assert list(g.index) == list(GRID_DIGITS) and list(g.columns) == list(GRID_COUNTS)
@@ -907,7 +913,7 @@ def test_shipped_grid_recomputes(recipe, cell, untouched):
     # Exact across CPUs: the logits move by at most 1.9e-4 between AVX-512, AVX2 and no vector instructions (measured on the earlier
     # weights), and the smallest logit margin deciding any of these 600 problems is 0.0055 (coupled_no_scratchpad; the retrained
     # coupled adder's: 13.9 at 3 x 4 and 0.025 at 8 x 8, measured with this asset).
-    assert acc == shipped_grids(meta)[recipe].loc[d, m]
+    assert acc == load_grids().grids[recipe].loc[d, m]
     if recipe == 'coupled':
         with untouched(model): assert sum(greedy_answer(model, e) == e.answer for e in probs[:20]) == int(exact_match(model, probs[:20]).sum())
 
@@ -971,7 +977,7 @@ def test_input_checks_added_after_review(untouched):
         with pytest.raises(ConfigError, match='count=1'): evaluation_problems(2, 1)
         with pytest.raises(ConfigError, match='count=0'): accuracy_grid(m, [1], [0], n=2)
         with pytest.raises(ConfigError, match='n=-1'): evaluation_problems(2, 2, n=-1)
-        b = collate(probs)
+        b = collate_batch(probs)
         with pytest.raises(ShapeError, match=r'\(2, 21\)'): m(b['input_ids'][:1], b['position_ids'][0])
     assert len(evaluation_problems(2, 2, n=1)) == 1
 
@@ -1005,7 +1011,7 @@ def test_exact_match_and_grid_on_a_plain_module(untouched):
         assert [greedy_answer(m, e) for e in probs[:20]] == ['50'] * 20
         grid = accuracy_grid(m, n=3, scratchpad=False)                            # up to 10 digits x 10 operands: no limit is known, none is imposed
         grid2 = accuracy_grid(m, digits=[1, 10], counts=[2, 10], n=3)             # two levels (scratchpad): answers never match
-        loss = answer_loss(m, collate(probs[:8]))
+        loss = answer_loss(m, collate_batch(probs[:8]))
     want = torch.tensor([sum(operands_of(e)) == 5 for e in probs])
     assert torch.equal(em, want) and 5 < int(want.sum()) < 100
     assert grid.shape == (10, 9) and (grid.drop(index=1) == 0).all(axis=None)
@@ -1023,3 +1029,39 @@ def test_plain_wrapper_matches_the_wrapped_model(adder, untouched):
         pd.testing.assert_frame_equal(accuracy_grid(w, [1, 2], [2, 3], n=10, scratchpad=False), accuracy_grid(model, [1, 2], [2, 3], n=10, scratchpad=False))
         with pytest.raises(ShapeError, match='Position id'): exact_match(model, evaluation_problems(9, 2, 2, scratchpad=False))
         with pytest.raises(IndexError): exact_match(w, evaluation_problems(9, 2, 2, scratchpad=False))   # no limit known to us: the module's own error
+
+# ---------------------------------------------------------------- deprecated names (issue 50): the old spellings still work, with a FutureWarning
+
+@pytest.mark.parametrize('old', ['sample_operands', 'AdderRecipe', 'ADDER_RECIPES', 'TWO_OPERAND_RECIPES', 'training_problem', 'train_adder',
+                                 'ADDERS_ASSET', 'GRID_DIGITS', 'GRID_COUNTS', 'load_adder'])
+def test_moved_to_the_demo_module(old):
+    with pytest.warns(FutureWarning, match=f'position_coupling.{old} is now interpkit.demos.position_coupling.{old}'):
+        assert getattr(pc, old) is getattr(demo, old)
+    assert old not in pc.__all__
+
+def test_collate_is_collate_batch():
+    with pytest.warns(FutureWarning, match='collate is now interpkit.papers.position_coupling.collate_batch'): f = pc.collate
+    e = [encode_addition([57, 8, 123]), encode_addition([1, 2])]
+    assert all(torch.equal(f(e)[k], collate_batch(e)[k]) for k in ('input_ids', 'position_ids', 'labels'))
+
+def test_shipped_meta_and_grids_are_load_grids():
+    _need_asset()
+    with pytest.warns(FutureWarning, match='shipped_meta is now'): meta = pc.shipped_meta()
+    with pytest.warns(FutureWarning, match='shipped_grids is now'): grids = pc.shipped_grids(meta)
+    assert meta == load_adder('coupled').meta and meta['grid_n'] == load_grids().n
+    new = load_grids().grids
+    assert set(grids) == set(new) and all(grids[k].equals(new[k]) for k in new)
+
+@pytest.mark.parametrize('f,args', [(random_starts, ([57, 8, 123], 21)), (sample_operands, (5, (2, 3))), (training_problem, (ADDER_RECIPES['coupled'],))])
+def test_rng_is_seed(f, args):
+    "The argument rng= is seed= (an int or a shared random.Random): the old keyword warns, and an int seed draws what random.Random(seed) draws."
+    kw = dict(zip(list(inspect.signature(f).parameters)[1:], args))
+    with pytest.warns(FutureWarning, match='rng= is now called seed='): old = f(rng=random.Random(3), **kw)
+    new, by_int = f(random.Random(3), *args), f(3, *args)
+    same = (lambda a, b: a.text == b.text and torch.equal(a.position_ids, b.position_ids)) if f is training_problem else (lambda a, b: a == b)
+    assert same(old, new) and same(new, by_int)
+
+def test_loader_and_trainer_types():
+    r = AdderRecipe(scratchpad=False, max_digits=1, counts=(2,), table_size=8, steps=2, batch_size=2, **TINY)
+    t = train_adder(r, progress=False)
+    assert isinstance(t, Trained) and t.tokenizer is None and len(t.fit.history) == 2 and t.model is t[0]

@@ -6,9 +6,11 @@ import copy, os
 import numpy as np, pytest, torch, transformers
 from scipy import stats
 from torch import nn
-from interpkit.papers.rsvc import (POOLS, Patches, patchify, pool_acts, pooled_acts, Concepts, extract_concepts, pearson_matrix, lasso_r2,
-                                   concept_logit_fn, concept_attributions, Comparison, compare, top_patches, ConceptMatch, concept_match,
-                                   SHARED_R2, toy_digits, paste_square, ToyCNN, TOY_SITE, TOY_MODELS, ToyModels, train_toy_cnn, load_toy_models)
+import warnings
+import interpkit.papers.rsvc as rsvc_module
+from interpkit.papers.rsvc import (SITE_POOLINGS, Patches, patchify, pool_acts, pooled_acts, Concepts, extract_concepts, pearson_matrix, lasso_r2, concept_logit_fn, concept_attributions, Comparison, compare, top_patches, ConceptMatch, concept_match, SHARED_R2)
+from interpkit.demos.rsvc import (toy_digits, paste_square, ToyCNN, TOY_SITE, TOY_MODELS, ToyModels, train_toy_cnn, load_toy_models)
+from interpkit.train import Shipped, Trained
 from interpkit.errors import ConfigError, ShapeError, SiteError, NotFiniteError
 from interpkit.train import seeded
 
@@ -209,7 +211,7 @@ def test_compare_invariant_to_permuting_b_channels(cnn, data):
 
 def test_self_comparison(cnn, data):
     tr, te = data
-    kw = dict(target=3, site_a=TOY_SITE, eval_images=te.x[te.y == 3][:30], n_concepts=8, n_steps=4, folds=3, head_a=cnn.head, head_b=cnn.head)
+    kw = dict(target=3, site_a=TOY_SITE, eval_images=te.x[te.y == 3][:30], n_concepts=8, n_steps=4, folds=3, readout_a=cnn.head, readout_b=cnn.head)
     res = compare(cnn, cnn, tr.x[tr.y == 3][:40], **kw)
     t = res.table
     assert np.allclose(t.importance, res.importance_b.numpy(), atol=1e-6)
@@ -227,7 +229,7 @@ def test_compare_equals_its_parts_by_hand(cnn, data):
     b = ToyCNN(seed=7).eval()
     fit, ev = tr.x[tr.y == 5][:24], te.x[te.y == 5][:18]
     res = compare(cnn, b, fit, target=5, site_a=TOY_SITE, eval_images=ev, n_concepts=4, patch_size=8, stride=8, folds=3, n_steps=20,
-                  head_a=cnn.head, head_b=b.head, alpha=0.05, seed=1)
+                  readout_a=cnn.head, readout_b=b.head, alpha=0.05, seed=1)
     pe = patchify(ev, 8, 8)
     assert len(res.patches) == len(ev) * 9 and torch.equal(res.patches.x, pe.x)
     cols = {}
@@ -275,14 +277,14 @@ def test_ig_completeness_and_riemann_reference(cnn, data):
     ref = _riemann_ig(lambda z, r: head64(z @ c.W.double())[:, 3], u.double())
     assert torch.allclose(att.double(), ref, atol=1e-4)
     # the patched-model route and a user head agree (the CNN's rest after the site is a mean pool and its head)
-    assert torch.allclose(concept_attributions(cnn, TOY_SITE, c, x, 3, head=cnn.head), att, atol=1e-4)
+    assert torch.allclose(concept_attributions(cnn, TOY_SITE, c, x, 3, readout=cnn.head), att, atol=1e-4)
     # batch_size bounds the rows per forward pass and changes nothing: one patch per pass, or everything at once
     few = concept_attributions(cnn, TOY_SITE, c, x[:6], 3, n_steps=8)
     assert torch.allclose(few, att[:6], atol=1e-5)   # the rest of the CNN is linear in u: 8 steps are as exact as 50
     for bs in (1, 7, 100_000):
         assert torch.allclose(concept_attributions(cnn, TOY_SITE, c, x[:6], 3, n_steps=8, batch_size=bs), few, atol=1e-5), bs
     # the function behind them: rest_of_model(u @ W)[:, target], with a head or with the site patched
-    f, fh = concept_logit_fn(cnn, TOY_SITE, c.W, 3), concept_logit_fn(cnn, TOY_SITE, c.W, 3, head=cnn.head)
+    f, fh = concept_logit_fn(cnn, TOY_SITE, c.W, 3), concept_logit_fn(cnn, TOY_SITE, c.W, 3, readout=cnn.head)
     with torch.no_grad(): assert torch.allclose(f(u, x), f_u, atol=1e-5) and torch.allclose(fh(u), f_u, atol=1e-5)
 
 def test_ig_nonlinear_head_against_riemann():
@@ -298,13 +300,13 @@ def test_ig_nonlinear_head_against_riemann():
     ref = _riemann_ig(lambda z, r: h64(z @ c.W.double())[:, 2], u.double())
     assert torch.allclose(att.double(), ref, atol=1e-4)
     with torch.no_grad(): assert torch.allclose(att.sum(1), head(u @ c.W)[:, 2] - head(torch.zeros(1, 6))[:, 2], atol=1e-4)
-    # the same head given as head=: same numbers, the site's activations only serve for the coefficients
-    assert torch.allclose(concept_attributions(net, '1', c, x, target=2, n_steps=64, head=head), att, atol=1e-5)
+    # the same head given as readout=: same numbers, the site's activations only serve for the coefficients
+    assert torch.allclose(concept_attributions(net, '1', c, x, target=2, n_steps=64, readout=head), att, atol=1e-5)
     # a site that outputs vectors (N, d), after the Flatten: patching it with u @ W is the same as patching the ReLU's map with a constant
     assert torch.allclose(pooled_acts(net, '3', x), pooled_acts(net, '1', x), atol=1e-6)
     assert torch.allclose(concept_attributions(net, '3', c, x, target=2, n_steps=64), att, atol=1e-5)
     # a float64 head on a float32 model: the head's own dtype is used
-    assert torch.allclose(concept_attributions(net, '1', c, x, target=2, n_steps=64, head=copy.deepcopy(head).double()), att, atol=1e-5)
+    assert torch.allclose(concept_attributions(net, '1', c, x, target=2, n_steps=64, readout=copy.deepcopy(head).double()), att, atol=1e-5)
 
 # ---------------------------------------------------------------- models that return a ModelOutput, a dict or a tuple (repro 4a, 4b)
 
@@ -322,7 +324,7 @@ def test_vit_model_output_against_hooked_reference(vit, pool, untouched):
     x = patchify(torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(2)), 4).x[:12]
     c = extract_concepts(pooled_acts(vit, VIT_SITE, x, pool), n_concepts=3)
     with untouched(vit):
-        att, delta = concept_attributions(vit, VIT_SITE, c, x, target=2, pool=pool, n_steps=32, return_delta=True)
+        att, delta = concept_attributions(vit, VIT_SITE, c, x, target=2, pooling=pool, n_steps=32, return_delta=True)
     u = c.transform(pooled_acts(vit, VIT_SITE, x, pool)).double()
     ref_model, W = copy.deepcopy(vit).double(), c.W.double()
     def logit(z, reps):
@@ -347,7 +349,7 @@ def test_dict_and_tuple_outputs_read_as_logits(kind, data):
     assert torch.allclose(concept_attributions(wrapped, 'cnn.' + TOY_SITE, c, x, target=1, n_steps=8), want, atol=1e-6)
     # a head that returns a dict or a tuple is read the same way
     head = lambda z: {'logits': plain.head(z)} if kind == 'dict' else (plain.head(z),)
-    assert torch.allclose(concept_attributions(plain, TOY_SITE, c, x, target=1, n_steps=8, head=head), want, atol=1e-4)
+    assert torch.allclose(concept_attributions(plain, TOY_SITE, c, x, target=1, n_steps=8, readout=head), want, atol=1e-4)
     res = compare(wrapped, plain, data[0].x[:6], target=1, site_a='cnn.' + TOY_SITE, site_b=TOY_SITE, n_concepts=3, folds=3, n_steps=4)
     assert np.allclose(res.table.pearson, 1, atol=1e-5) and np.allclose(res.table.importance, res.importance_b.numpy(), atol=1e-5)
 
@@ -367,10 +369,10 @@ def test_vit_against_cnn_with_a_pool_each(vit, untouched):
     cnn = ToyCNN(seed=4).eval()
     kw = dict(target=1, site_a=VIT_SITE, site_b=TOY_SITE, n_concepts=3, patch_size=4, folds=3, n_steps=8)
     with untouched(vit, cnn):
-        res = compare(vit, cnn, ims, pool_a='cls', pool_b='mean', **kw)
+        res = compare(vit, cnn, ims, pooling_a='cls', pooling_b='mean', **kw)
         auto = compare(vit, cnn, ims, **kw)                                       # 'auto': the class token of the ViT, the spatial mean of the CNN
-        headed = compare(vit, cnn, ims, pool_a='cls', pool_b='mean', head_b=cnn.head, **kw)
-        means = compare(vit, cnn, ims, pool_a='mean', pool_b='mean', **kw)
+        headed = compare(vit, cnn, ims, pooling_a='cls', pooling_b='mean', readout_b=cnn.head, **kw)
+        means = compare(vit, cnn, ims, pooling_a='mean', pooling_b='mean', **kw)
     pe = patchify(ims, 4)
     vit_cls, cnn_mean = _hook_acts(vit, VIT_SITE, pe.x)[:, 0], _hook_acts(cnn, TOY_SITE, pe.x).mean((-2, -1))
     assert torch.allclose(res.coeffs_a, res.concepts_a.transform(vit_cls), atol=1e-5)
@@ -383,9 +385,9 @@ def test_vit_against_cnn_with_a_pool_each(vit, untouched):
     assert not np.allclose(means.coeffs_a.numpy(), res.coeffs_a.numpy(), atol=1e-2)   # pool_a is used: token means differ from the class token
     # a pooling function of one's own needs its own head; the other model keeps its default
     own = lambda a: a.amax(1)
-    with pytest.raises(ConfigError, match='pool_a=.* with head_a=None'): compare(vit, cnn, ims, pool_a=own, **kw)
-    with pytest.raises(ConfigError, match="pool_b='max'"): compare(vit, cnn, ims, pool_b='max', **kw)
-    with pytest.raises(ShapeError, match="pool='cls' got an activation of shape"): compare(vit, cnn, ims, pool_b='cls', **kw)
+    with pytest.raises(ConfigError, match='pooling_a=.* with readout_a=None'): compare(vit, cnn, ims, pooling_a=own, **kw)
+    with pytest.raises(ConfigError, match="pooling_b='max'"): compare(vit, cnn, ims, pooling_b='max', **kw)
+    with pytest.raises(ShapeError, match="pooling='cls' got an activation of shape"): compare(vit, cnn, ims, pooling_b='cls', **kw)
 
 # ---------------------------------------------------------------- dtypes and devices (repro E1a)
 
@@ -408,7 +410,7 @@ def test_float64_and_bfloat16_models(data):
     ref = _riemann_ig(lambda z, r: h64(z @ c.W.double())[:, 3], u64)
     assert att64.dtype == torch.float32 and torch.allclose(att64.double(), ref, atol=1e-6)
     for head in (None, m16.head):   # bfloat16 convolutions are slow on the CPU: 12 patches, 16 steps
-        att16 = concept_attributions(m16, TOY_SITE, c, x[:12], 3, head=head, n_steps=16)
+        att16 = concept_attributions(m16, TOY_SITE, c, x[:12], 3, readout=head, n_steps=16)
         assert att16.dtype == torch.float32 and (att16 - att32[:12]).abs().max() < 0.05 * att32.abs().max()
     res = compare(m16, m64, tr.x[tr.y == 3][:6], target=3, site_a=TOY_SITE, n_concepts=3, folds=3, n_steps=2)
     assert np.isfinite(res.table.to_numpy(float)).all() and (res.table.pearson > 0.95).all()   # the same CNN in two dtypes
@@ -442,9 +444,9 @@ def test_top_patches_and_concept_match(cnn, data):
     assert top_patches(T, 0, 50).tolist() == torch.nonzero(T[:, 0]).flatten()[:50].tolist()
     tr, te = data
     res = compare(cnn, ToyCNN(seed=6).eval(), tr.x[tr.y == 2][:12], target=2, site_a=TOY_SITE, eval_images=te.x[te.y == 2][:9],
-                  n_concepts=4, folds=3, n_steps=4, head_a=cnn.head)
+                  n_concepts=4, folds=3, n_steps=4, readout_a=cnn.head)
     for i in range(4):
-        d = concept_match(res, i, k=5)
+        d = concept_match(res, i, top_k=5)
         j = int(np.argmax(np.corrcoef(res.coeffs_a.T.numpy(), res.coeffs_b.T.numpy())[i, 4:]))
         assert isinstance(d, ConceptMatch) and (d.concept, d.match) == (i, j)
         assert d.importance == pytest.approx(res.table.importance[i]) and d.share == pytest.approx(res.table.share[i])
@@ -467,14 +469,14 @@ def test_bad_input(cnn, data):
     x = tr.x[:4]
     with pytest.raises(ShapeError, match=r'\(N, C, H, W\)'): patchify(x[0], 12)
     with pytest.raises(ShapeError, match='empty'): patchify(x[:0], 12)
-    with pytest.raises(ConfigError, match='does not fit'): patchify(x, 30)
-    with pytest.raises(ConfigError, match='does not fit'): patchify(x, 0)
+    with pytest.raises(ConfigError, match='size=30 is not valid'): patchify(x, 30)
+    with pytest.raises(ConfigError, match='size=0 is not valid'): patchify(x, 0)
     with pytest.raises(ConfigError, match='stride=-1'): patchify(x, 12, stride=-1)
     with pytest.raises(SiteError, match='features.7'): pooled_acts(cnn, 'features.8', x)
     with pytest.raises(ConfigError, match='batch_size=0'): pooled_acts(cnn, TOY_SITE, x, batch_size=0)
     with pytest.raises(ConfigError, match='negative values'): extract_concepts(pooled_acts(cnn, 'features.6', x))
-    with pytest.raises(ConfigError, match='Valid: 1..4'): extract_concepts(torch.rand(4, 10), n_concepts=5)
-    with pytest.raises(ConfigError, match='Valid: 1..4'): extract_concepts(torch.rand(4, 10), n_concepts=0)
+    with pytest.raises(ConfigError, match='an integer from 1 to 4'): extract_concepts(torch.rand(4, 10), n_concepts=5)
+    with pytest.raises(ConfigError, match='an integer from 1 to 4'): extract_concepts(torch.rand(4, 10), n_concepts=0)
     with pytest.raises(ConfigError, match='all zeros'): extract_concepts(torch.zeros(10, 4), n_concepts=2)
     with pytest.raises(ShapeError, match=r'shape \(10,\)'): extract_concepts(torch.rand(10))
     with pytest.raises(ShapeError, match='fit on 64'): extract_concepts(torch.rand(20, 64), n_concepts=2).transform(torch.rand(3, 10))
@@ -486,23 +488,23 @@ def test_bad_input(cnn, data):
     with pytest.raises(ShapeError, match=r'^Ub has shape \(3,\)'): pearson_matrix(torch.rand(3, 2), torch.rand(3))
     with pytest.raises(NotFiniteError, match='^Ub has 6 non-finite'): pearson_matrix(torch.rand(3, 2), torch.full((3, 2), float('nan')))
     with pytest.raises(ShapeError, match='Valid: \\(n, k\\)'): pearson_matrix(torch.rand(3), torch.rand(3))
-    with pytest.raises(ConfigError, match='folds=6 with 5 images'): lasso_r2(torch.rand(10, 3), torch.rand(10, 2), groups=np.arange(10) // 2, folds=6)
-    with pytest.raises(ConfigError, match='folds=1 with 10 patches'): lasso_r2(torch.rand(10, 3), torch.rand(10, 2), folds=1)
+    with pytest.raises(ConfigError, match='folds=6 is not valid.*5 images'): lasso_r2(torch.rand(10, 3), torch.rand(10, 2), groups=np.arange(10) // 2, folds=6)
+    with pytest.raises(ConfigError, match='folds=1 is not valid.*10 patches'): lasso_r2(torch.rand(10, 3), torch.rand(10, 2), folds=1)
     with pytest.raises(ConfigError, match='alpha=-1'): lasso_r2(torch.rand(10, 3), torch.rand(10, 2), alpha=-1)
     with pytest.raises(ShapeError, match='X has 10 rows and Y 9'): lasso_r2(torch.rand(10, 3), torch.rand(9, 2))
     with pytest.raises(ShapeError, match='groups has 9 entries'): lasso_r2(torch.rand(10, 3), torch.rand(10, 2), groups=np.arange(9) // 3, folds=2)
-    with pytest.raises(ShapeError, match="pool='cls'"): pooled_acts(cnn, TOY_SITE, x, pool='cls')
-    with pytest.raises(ConfigError, match="Valid values: 'auto', 'mean', 'cls'"): pooled_acts(cnn, TOY_SITE, x, pool='max')
+    with pytest.raises(ShapeError, match="pooling='cls'"): pooled_acts(cnn, TOY_SITE, x, pooling='cls')
+    with pytest.raises(ConfigError, match="Valid values: 'auto', 'mean', 'cls'"): pooled_acts(cnn, TOY_SITE, x, pooling='max')
     with pytest.raises(ShapeError, match='Cannot pool'): pool_acts(torch.rand(2, 3, 4, 5, 6))
     with pytest.raises(ShapeError, match='one vector per input'): pool_acts(torch.rand(2, 3, 4), lambda a: a)
     with pytest.raises(ShapeError, match='Pooling gave list'): pool_acts(torch.rand(2, 3, 4), lambda a: a.tolist())
-    with pytest.raises(ConfigError, match='head=fn'): concept_logit_fn(cnn, TOY_SITE, torch.rand(2, 64), 0, pool=lambda a: a.amax((-2, -1)))
-    with pytest.raises(ConfigError, match="pool='max' with head=None"): concept_logit_fn(cnn, TOY_SITE, torch.rand(2, 64), 0, pool='max')
+    with pytest.raises(ConfigError, match='readout=fn'): concept_logit_fn(cnn, TOY_SITE, torch.rand(2, 64), 0, pooling=lambda a: a.amax((-2, -1)))
+    with pytest.raises(ConfigError, match="pooling='max' with readout=None"): concept_logit_fn(cnn, TOY_SITE, torch.rand(2, 64), 0, pooling='max')
     c = extract_concepts(pooled_acts(cnn, TOY_SITE, x), n_concepts=2)
     with pytest.raises(ConfigError, match='target=-1'): concept_attributions(cnn, TOY_SITE, c, x, target=-1)
     with pytest.raises(ConfigError, match='target=True'): concept_attributions(cnn, TOY_SITE, c, x, target=True)
     with pytest.raises(ConfigError, match='target=1.0'): concept_attributions(cnn, TOY_SITE, c, x, target=1.0)
-    with pytest.raises(ShapeError, match="pool='cls' got an activation of shape .* at 'features.7'"): concept_logit_fn(cnn, TOY_SITE, c.W, 1, 'cls')(c.U[:4], x)
+    with pytest.raises(ShapeError, match="pooling='cls' got an activation of shape .* at 'features.7'"): concept_logit_fn(cnn, TOY_SITE, c.W, 1, 'cls')(c.U[:4], x)
     with pytest.raises(ConfigError, match='target=10 is not a class'): concept_attributions(cnn, TOY_SITE, c, x, target=10)
     with pytest.raises(ConfigError, match='batch_size=0'): concept_attributions(cnn, TOY_SITE, c, x, target=1, batch_size=0)
     with pytest.raises(ShapeError, match='fit on 64'): concept_attributions(cnn, 'features.4', c, x, target=1)   # a 32-channel ReLU
@@ -515,7 +517,7 @@ def test_bad_input(cnn, data):
     with pytest.raises(NotFiniteError): patchify(torch.full((1, 3, 8, 8), float('nan')), 4)
 
 def test_concept_match_bad_index(cnn, data):
-    res = compare(cnn, cnn, data[0].x[:6], target=0, site_a=TOY_SITE, n_concepts=2, folds=3, n_steps=2, head_a=cnn.head, head_b=cnn.head)
+    res = compare(cnn, cnn, data[0].x[:6], target=0, site_a=TOY_SITE, n_concepts=2, folds=3, n_steps=2, readout_a=cnn.head, readout_b=cnn.head)
     for i in (2, -1):
         with pytest.raises(ConfigError, match='Valid: 0..1'): concept_match(res, i)
 
@@ -604,7 +606,7 @@ def test_rsvc_finds_the_planted_square(data):
     tr, te = data
     (A, A2, B, B2), _, _ = load_toy_models()
     threes = te.y == 3
-    res = compare(A, B, tr.x[tr.y == 3], target=3, site_a=TOY_SITE, eval_images=te.x[threes], n_concepts=10, head_a=A.head, head_b=B.head)
+    res = compare(A, B, tr.x[tr.y == 3], target=3, site_a=TOY_SITE, eval_images=te.x[threes], n_concepts=10, readout_a=A.head, readout_b=B.head)
     # which concept is the square, independently of RSVC: the correlation of its coefficients with each patch's square pixels
     mask = te.square_mask[threes]
     frac = torch.tensor([mask[i, t:b, l:r].float().mean().item() for i, (t, l, b, r) in zip(res.patches.image.tolist(), res.patches.box.tolist())])
@@ -617,7 +619,7 @@ def test_rsvc_finds_the_planted_square(data):
     assert t.unique.rank(ascending=False)[planted] <= 2
     assert t.r2[corr > 0.5].mean() < 0.3 < 0.7 < t.r2[corr <= 0.5].mean()
     # the paper's setting: B' saw squares in half of every class's images; the same concepts of A, still poorly represented in B'
-    off = compare(A, B2, tr.x[tr.y == 3], target=3, site_a=TOY_SITE, eval_images=te.x[threes], n_concepts=10, head_a=A.head, head_b=B2.head)
+    off = compare(A, B2, tr.x[tr.y == 3], target=3, site_a=TOY_SITE, eval_images=te.x[threes], n_concepts=10, readout_a=A.head, readout_b=B2.head)
     assert torch.equal(off.coeffs_a, res.coeffs_a) and np.array_equal(off.table.importance, t.importance)
     t2 = off.table
     assert t2.r2[planted] < SHARED_R2 < t2.r2_self[planted] and t2.unique.rank(ascending=False)[planted] <= 2
@@ -631,7 +633,7 @@ def test_rsvc_finds_the_planted_square(data):
         return cross_val_score(Lasso(alpha=0.1), X, y, groups=res.patches.image.numpy(), cv=GroupKFold(5), scoring='r2').mean()
     r2 = {k: square_r2(m) for k, m in (('A', A), ('B', B), ("B'", B2))}
     assert r2['B'] < 0.2 and r2["B'"] < 0.5 * r2['A'] and r2['A'] > 0.8, r2
-    ctrl = compare(A, A2, tr.x[tr.y == 3], target=3, site_a=TOY_SITE, eval_images=te.x[threes], n_concepts=10, head_a=A.head, head_b=A2.head)
+    ctrl = compare(A, A2, tr.x[tr.y == 3], target=3, site_a=TOY_SITE, eval_images=te.x[threes], n_concepts=10, readout_a=A.head, readout_b=A2.head)
     assert ctrl.table.shared.mean() >= 0.7 and ctrl.table.r2[planted] >= SHARED_R2 and ctrl.table.r2.mean() > t.r2.mean()
 
 def test_compare_defaults_and_pools_of_ones_own(cnn, data):
@@ -648,7 +650,40 @@ def test_compare_defaults_and_pools_of_ones_own(cnn, data):
     # a pooling function of one's own, with the rest of each model after its site as the head, equals the built-in spatial mean
     own = lambda a: a.mean((-2, -1))
     kw = dict(n_concepts=4, folds=3, n_steps=8, **base)
-    mine = compare(cnn, b, fit, pool_a=own, head_a=cnn.head, pool_b=own, head_b=b.head, **kw)
-    ref = compare(cnn, b, fit, pool_a='mean', pool_b='mean', **kw)
+    mine = compare(cnn, b, fit, pooling_a=own, readout_a=cnn.head, pooling_b=own, readout_b=b.head, **kw)
+    ref = compare(cnn, b, fit, pooling_a='mean', pooling_b='mean', **kw)
     assert np.allclose(mine.table.to_numpy(float), ref.table.to_numpy(float), atol=1e-5)
     assert torch.allclose(mine.importance_b, ref.importance_b, atol=1e-5)
+
+# ---------------------------------------------------------------- issue 50: the recipe and loader shapes; the old names keep working for one release, and warn
+
+def test_recipe_and_loader_shapes(data):
+    r = train_toy_cnn(data[0], steps=2, seed=0)
+    assert isinstance(r, Trained) and r.tokenizer is None and len(r.fit.history) == 2 and not r.model.training
+    shipped = load_toy_models()
+    assert isinstance(shipped, Shipped) and isinstance(shipped.model, ToyModels) and shipped.tokenizer is None and 'models' in shipped.meta
+
+def test_old_names_still_work_and_warn(cnn, data):
+    x = data[1].x[:4]
+    with pytest.warns(FutureWarning, match='SITE_POOLINGS'): assert rsvc_module.POOLS == SITE_POOLINGS
+    with pytest.warns(FutureWarning, match='pooling='): assert torch.equal(pooled_acts(cnn, TOY_SITE, x, pool='mean'), pooled_acts(cnn, TOY_SITE, x, pooling='mean'))
+    with pytest.warns(FutureWarning, match='pooling='): assert torch.equal(pool_acts(torch.ones(2, 3, 4, 4), pool='mean'), torch.ones(2, 3))
+    c = extract_concepts(pooled_acts(cnn, TOY_SITE, data[0].x[:20]), n_concepts=3)
+    with pytest.warns(FutureWarning, match='readout='):
+        old = concept_attributions(cnn, TOY_SITE, c, x, 3, head=cnn.head, n_steps=4)
+    assert torch.equal(old, concept_attributions(cnn, TOY_SITE, c, x, 3, readout=cnn.head, n_steps=4))
+    with pytest.warns(FutureWarning, match='readout='): f = concept_logit_fn(cnn, TOY_SITE, c.W, 3, head=cnn.head)
+    with torch.no_grad(): assert torch.equal(f(c.U[:2]), concept_logit_fn(cnn, TOY_SITE, c.W, 3, readout=cnn.head)(c.U[:2]))
+    kw = dict(target=3, site_a=TOY_SITE, n_concepts=2, folds=2, n_steps=2, patch_size=12)
+    with pytest.warns(FutureWarning) as w: res = compare(cnn, cnn, data[0].x[:4], head_a=cnn.head, head_b=cnn.head, pool_a='mean', pool_b='auto', **kw)
+    assert sorted(str(x_.message).split('=')[0].split()[-1] for x_ in w if issubclass(x_.category, FutureWarning)) == ['head_a', 'head_b', 'pool_a', 'pool_b']
+    new = compare(cnn, cnn, data[0].x[:4], readout_a=cnn.head, readout_b=cnn.head, pooling_a='mean', pooling_b='auto', **kw)
+    pd_equal = lambda a, b: a.round(6).equals(b.round(6))
+    assert pd_equal(res.table, new.table)
+    with pytest.warns(FutureWarning, match='top_k='): assert torch.equal(top_patches(new.coeffs_a, 0, k=3), top_patches(new.coeffs_a, 0, 3))
+    with pytest.warns(FutureWarning, match='top_k='): assert torch.equal(concept_match(new, 0, k=2).top_a, concept_match(new, 0, top_k=2).top_a)
+    from interpkit.demos import rsvc as demo
+    for name in ('TOY_SITE', 'SQUARE_COLOUR', 'ToyDigits', 'paste_square', 'toy_digits', 'ToyCNN', 'train_toy_cnn', 'TOY_MODELS', 'ToyModels', 'load_toy_models'):
+        with pytest.warns(FutureWarning, match='interpkit.demos.rsvc'): assert getattr(rsvc_module, name) is getattr(demo, name)
+        assert name not in rsvc_module.__all__
+    with pytest.raises(AttributeError): rsvc_module.no_such_name

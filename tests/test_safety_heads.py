@@ -8,10 +8,11 @@ from interpkit.errors import ConfigError, ShapeError
 from interpkit.hooks import ablate_heads, head_means
 from interpkit.models import tiny_lm, tiny_tokenizer
 from interpkit.train import FitResult, load_asset
-from interpkit.papers.safety_heads import (REFUSAL_KEYWORDS, HARMFUL_TASKS, HARMLESS_TASKS, REQUEST_TEMPLATES, head_map, is_refusal, refusal_rate,
-                                           requests, chat_prompts, kl_div, next_token_logits, ships, subspace_angle, sahara, merge_adapter,
-                                           adapter_tensors, train_aligned_lm, load_aligned_lm, head_effect, HeadEffect, generate, harmful_batch,
-                                           query_weights, ablation_outcomes, SaharaResult, specificity, AblationOutcomes, replies_changed)
+from interpkit.papers.safety_heads import (REFUSAL_KEYWORDS, head_map, is_refusal, refusal_rate, chat_prompts, kl_div, next_token_logits, ships,
+                                           subspace_angle, sahara, head_effect, HeadEffect, generate, harmful_batch, query_weights,
+                                           ablation_outcomes, SaharaResult, specificity, AblationOutcomes, replies_changed)
+from interpkit.demos.safety_heads import (HARMFUL_TASKS, HARMLESS_TASKS, REQUEST_TEMPLATES, requests, merge_adapter, adapter_tensors, train_aligned_lm,
+                                          load_aligned_lm)
 
 @pytest.fixture(scope='module')
 def tiny(): return tiny_lm('llama', n_layers=2, n_heads=4, seed=0)
@@ -525,3 +526,17 @@ def test_sweep_asset_is_consistent():
         assert row['refused harmless'] == pytest.approx(np.mean([is_refusal(x) for x in r['harmless']]), abs=1e-12)
         assert row['harmless changed'] == pytest.approx(np.mean([a != b for a, b in zip(r['harmless'], own)]), abs=1e-12)
         assert row['heads'] == len(meta['heads'][name]) and row['param fraction'] == pytest.approx(len(meta['heads'][name]) * 64 * 576 / 134_515_008)
+
+
+def test_old_import_paths_of_the_demo_names_warn():
+    import interpkit.papers.safety_heads as sh, interpkit.demos.safety_heads as demo
+    for name in ('HARMFUL_TASKS', 'HARMLESS_TASKS', 'REQUEST_TEMPLATES', 'REFUSALS', 'requests', 'train_aligned_lm', 'adapter_tensors', 'merge_adapter',
+                 'ALIGNED_LM_ASSET', 'load_aligned_lm'):
+        with pytest.warns(FutureWarning, match=f'safety_heads.{name} is now interpkit.demos.safety_heads.{name}'):
+            assert getattr(sh, name) is getattr(demo, name)
+    with pytest.raises(AttributeError): sh.no_such_name
+
+def test_loader_and_trainer_return_the_named_tuples():
+    from interpkit.train import Shipped
+    shipped = load_aligned_lm()
+    assert isinstance(shipped, Shipped) and shipped.meta['scaling'] == shipped.meta['alpha'] / shipped.meta['rank']

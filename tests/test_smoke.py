@@ -8,9 +8,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT/'tools'))
 import gpu_smoke
 
-CORE = ['interpkit.models', 'interpkit.hooks', 'interpkit.sae', 'interpkit.train', 'interpkit.testing', 'interpkit.results', 'interpkit.diffusion']
-PAPERS = sorted(f'interpkit.papers.{p.stem}' for p in (ROOT/'interpkit'/'papers').glob('*.py') if not p.stem.startswith('_'))
-SMOKED_PAPERS = [m for m in PAPERS if (ROOT/'tools'/'smoke'/f"{m.rsplit('.', 1)[1]}.py").exists()]
+CORE = ['interpkit.models', 'interpkit.hooks', 'interpkit.sae', 'interpkit.train', 'interpkit.testing', 'interpkit.results', 'interpkit.diffusion',
+        *[f'interpkit.{m}' for m in ('stats', 'grads') if (ROOT/'interpkit'/f'{m}.py').exists()]]
+PAPERS = sorted(f'interpkit.{d}.{p.stem}' for d in ('papers', 'demos') for p in (ROOT/'interpkit'/d).glob('*.py') if not p.stem.startswith('_'))
+SMOKED_PAPERS = [m for m in PAPERS if (ROOT/'tools'/'smoke'/f"{m.rsplit('.', 1)[1]}.py").exists()]   # a demo module is smoked by its paper's file
 
 def smoke_file(module): return ROOT/'tools'/'smoke'/('core.py' if module in CORE else f"{module.rsplit('.', 1)[1]}.py")
 
@@ -26,7 +27,7 @@ def test_every_public_entry_point_is_smoked(module):
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
 def test_smoke_passes_on_cpu(dtype, capsys):
-    only = ['core'] + [m.rsplit('.', 1)[1] for m in SMOKED_PAPERS]
+    only = ['core'] + sorted({m.rsplit('.', 1)[1] for m in SMOKED_PAPERS})
     rows = gpu_smoke.run('cpu', [dtype], only)
     bad = [r for r in rows if not r[3]]
     assert rows and not bad, '\n'.join(f"{r[0]}.{r[1]} {r[2]}: {r[5]}" for r in bad)

@@ -20,12 +20,14 @@ from interpkit.models import chat_replies, embed, logits_at, tiny_lm, tiny_token
 from interpkit.train import assets_dir
 import interpkit.papers.ted as ted
 from tiny_models import unit_scale_lm
+import interpkit.demos.ted as ted_demo
 from interpkit.papers.ted import (EDIT_TEMPLATE, JUDGE_TEMPLATE, ATTRIBUTE_TEMPLATE, N_KEEP, TAU_SIMILAR, TAU_DISSIMILAR, EXPECTED, UNEXPECTED,
-                                  SIDE_EFFECT, INADEQUATE, PHRASES, QUERIES, TED_RECIPE, TED_ASSET, followup, edit_request, check_phrases,
+                                  SIDE_EFFECT, INADEQUATE, followup, edit_request, check_phrases,
                                   EditOutputs, edit_outputs, OperationalEmbeddings, operational_embeddings, Thesaurus, thesaurus, wordnet,
                                   wordnet_label, reference_table, reference_labels, llm_relation, failure_type, failures, candidates,
-                                  embedding_judge, lm_judge, Verification, verify, verify_pairs, random_pairs, TedDemo, load_ted_demo,
-                                  pair_report, plot_thesaurus, output_similarity, _instruction_start)
+                                  embedding_judge, lm_judge, Verification, verify, verify_pairs, random_pairs,
+                                  plot_thesaurus, output_similarity, _instruction_start)
+from interpkit.demos.ted import PHRASES, QUERIES, TED_RECIPE, TED_ASSET, TedDemo, PairReport, load_ted_demo, pair_report
 
 torch.set_num_threads(1)
 
@@ -102,11 +104,11 @@ def ref_embeddings(m, tok, data, phrases=None, n_keep=4):
     return torch.stack(vecs), counts
 
 def ref_reply(m, tok, conv, n):
-    "Greedy reply by an argmax loop on the unpadded chat prompt, stopping after an end-of-sequence id of the generation config."
+    "Greedy reply by an argmax loop on the unpadded chat prompt, stopping after an end-of-sequence id of the generation config or of the tokenizer."
     msgs = [{'role': 'user', 'content': conv}] if isinstance(conv, str) else conv
     ids = tok(tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), add_special_tokens=False)['input_ids']
     eos = m.generation_config.eos_token_id
-    eos = set(eos if isinstance(eos, list) else [eos])
+    eos = set(eos if isinstance(eos, list) else [eos]) | {tok.eos_token_id} - {None}   # chat_replies stops at both (interpkit.models, issue 50)
     out = []
     for _ in range(n):
         with torch.no_grad(): t = int(m(torch.tensor([ids + out])).logits[0, -1].argmax())
@@ -194,8 +196,9 @@ def test_logits_at_equals_full_logits_sliced():
         assert torch.allclose(logits_at(w, inputs, [3, 0]), full[:, [3, 0]], atol=1e-6)
         f = lambda input_ids, attention_mask: full                             # any callable that returns logits
         assert torch.equal(logits_at(f, inputs, [1, 4]), full[:, [1, 4]]) and torch.equal(logits_at(f, inputs, 1), full[:, -1:])
-    for bad in (0, -1, True):
+    for bad in (0, True):
         with pytest.raises(ConfigError, match='positions='): logits_at(m, inputs, bad)
+    with torch.no_grad(): assert torch.allclose(logits_at(m, inputs, -1), m(**inputs).logits[:, -1], atol=1e-5)   # -j: position -j alone, (batch, vocab)
     for bad in ([], [[0, 1]], torch.zeros(2, 2, dtype=torch.long)):
         with pytest.raises(ShapeError): logits_at(m, inputs, bad)
 
@@ -552,14 +555,16 @@ def test_failures_and_candidates_on_a_hand_made_table():
         with pytest.raises(ConfigError, match=f"without \\['{col}'\\]"): failures(lab.drop(columns=[col]))
     c = candidates(lab)
     assert list(c.w_eval) == ['b', 'a', 'c', 'j', 'h'] and list(c.index) == list(range(5))          # 'unexpected' pairs, most similar first, whatever τ
-    assert list(candidates(lab, UNEXPECTED, 2).w_eval) == ['b', 'a'] and list(candidates(lab, k=1).w_eval) == ['b']
+    assert list(candidates(lab, UNEXPECTED, 2).w_eval) == ['b', 'a'] and list(candidates(lab, top_k=1).w_eval) == ['b']
     assert list(candidates(lab, EXPECTED).w_eval) == ['f', 'e', 'g', 'd'] and list(candidates(lab, EXPECTED, 3).w_eval) == ['f', 'e', 'g']
     tie = pd.DataFrame(dict(w_eval=['x', 'y', 'z'], w_edit=['X', 'Y', 'Z'], cosine=[0.5, 0.5, 0.5], label=[UNEXPECTED] * 3))
-    assert list(candidates(tie, k=2).w_eval) == ['x', 'y'] and list(candidates(tie, EXPECTED).w_eval) == []
-    assert sig(candidates) == dict(label=UNEXPECTED, k=10) and len(candidates(pd.concat([lab] * 3))) == 10
+    assert list(candidates(tie, top_k=2).w_eval) == ['x', 'y'] and list(candidates(tie, EXPECTED).w_eval) == []
+    assert sig(candidates) == dict(label=UNEXPECTED, top_k=10) and len(candidates(pd.concat([lab] * 3))) == 10
     with pytest.raises(ConfigError): candidates(lab, 'similar')
     for bad in (0, -1, True, 2.5):
-        with pytest.raises(ConfigError, match='k='): candidates(lab, k=bad)
+        with pytest.raises(ConfigError, match='top_k='): candidates(lab, top_k=bad)
+    with pytest.warns(FutureWarning, match='k= is now called top_k='):
+        assert candidates(lab, k=2).equals(candidates(lab, top_k=2))   # the old argument name still works
 
 # ---------------------------------------------------------------- judges
 
@@ -568,15 +573,15 @@ def test_embedding_judge_against_own_embeddings(monkeypatch):
     a = ['You are a stupid idiot and I hate you.', 'Thank you so much, kind friend.', 'The treaty was signed in 1648.', 'Same text.']
     b = ['Thank you kindly, dear friend.', 'Shut up, moron.', 'Knock knock! Who is there? A banana!', 'Same text.']
     for phrase, template in [('rude', ATTRIBUTE_TEMPLATE), ('polite', ATTRIBUTE_TEMPLATE), ('historical', 'A {phrase} passage')]:
-        attr = embed(template.format(phrase=phrase))
-        ea, eb = embed(a), embed(b)
+        attr = embed(None, template.format(phrase=phrase))
+        ea, eb = embed(None, a), embed(None, b)
         want = ['A' if float(x @ attr) > float(y @ attr) else 'B' if float(y @ attr) > float(x @ attr) else None for x, y in zip(ea, eb)]
         assert embedding_judge(template=template)(qs, a, b, phrase) == want
     assert ATTRIBUTE_TEMPLATE == 'This text is {phrase}.'
     assert embedding_judge()(qs, a, b, 'rude')[:2] == ['A', 'B'] and embedding_judge()(qs, a, b, 'rude')[3] is None
     calls = []
     real = ted.embed
-    monkeypatch.setattr(ted, 'embed', lambda texts, *a_, **k: calls.append(list(texts)) or real(texts, *a_, **k))
+    monkeypatch.setattr(ted, 'embed', lambda model, texts, *a_, **k: calls.append(list(texts)) or real(model, texts, *a_, **k))
     j = embedding_judge(batch_size=2)
     first = j(qs, a, b, 'rude')
     assert j(qs, b, a, 'rude') == [{'A': 'B', 'B': 'A', None: None}[v] for v in first]
@@ -695,8 +700,10 @@ def test_verify_pairs_and_random_pairs():
     assert set(zip(*random_pairs(P, 12).to_numpy().T)) == {(a, b) for a in P for b in P if a != b}
     assert len(random_pairs(['a', 'b'], 1)) == 1
     for bad in (0, 13, -1, True, 2.0):
-        with pytest.raises(ConfigError, match='k='): random_pairs(P, bad)
-    with pytest.raises(ConfigError, match='1 to 12 pairs'): random_pairs(P, 13)
+        with pytest.raises(ConfigError, match='n='): random_pairs(P, bad)
+    with pytest.warns(FutureWarning, match='k= is now called n='):
+        assert random_pairs(P, k=5, seed=3).equals(r)   # the old argument name still works
+    with pytest.raises(ConfigError, match='from 1 to 12'): random_pairs(P, 13)
     with pytest.raises(ConfigError): random_pairs('abcd', 2)
     with pytest.raises(ConfigError): random_pairs(['a', 'a', 'b'], 2)
 
@@ -713,13 +720,13 @@ def test_pair_report_by_hand(monkeypatch):
     x, y = v[0, 1].double().numpy(), v[1, 1].double().numpy()
     oracle = lambda q, a, b, p: ['A' if x_.startswith('b') else 'B' for x_ in a]
     r = pair_report(demo, 'a', 'b', query=1, judge=oracle)
-    assert set(r) == {'cosine', 'query', 'control', 'edited', 'verdict'}
+    assert isinstance(r, PairReport) and set(vars(r)) == {'cosine', 'query', 'control', 'edited', 'verdict'}
     assert r['cosine'] == pytest.approx(x @ y / np.linalg.norm(x) / np.linalg.norm(y), abs=1e-12)          # at the recipe's token
     assert (r['query'], r['control'], r['edited']) == ('q1', 'c1', 'bee1') and r['verdict'] == "the edit for 'b' is more 'a'"
     anti = lambda q, a, b, p: ['B' if x_.startswith('b') else 'A' for x_ in a]
     assert pair_report(demo, 'a', 'b', judge=anti)['verdict'] == "the control edit is more 'a'"
     assert pair_report(demo, 'a', 'b', judge=anti)['query'] == 'q0'
-    monkeypatch.setattr(ted, 'embedding_judge', lambda: oracle)                         # judge=None: the embedding judge
+    monkeypatch.setattr(ted_demo, 'embedding_judge', lambda: oracle)                         # judge=None: the embedding judge
     assert pair_report(demo, 'a', 'b')['verdict'] == "the edit for 'b' is more 'a'"
     for bad in (2, -1, True, 0.0):
         with pytest.raises(ConfigError, match='query='): pair_report(demo, 'a', 'b', query=bad, judge=oracle)
@@ -747,7 +754,7 @@ def test_load_ted_demo_reads_the_asset_layout(monkeypatch):
     meta = dict(phrases=['a', 'b'], counts=[1, 1], train=out('tr'), test=out('te'), lm_rates=[dict(w_eval='a', w_edit='b', rate=0.5, n_valid=2)], recipe=TED_RECIPE)
     vec = torch.randn(2, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     asked = []
-    monkeypatch.setattr(ted, 'load_asset', lambda name: asked.append(name) or ({'embeddings': vec}, meta))
+    monkeypatch.setattr(ted_demo, 'load_asset', lambda name: asked.append(name) or ({'embeddings': vec}, meta))
     d = load_ted_demo()
     assert asked == [TED_ASSET] and isinstance(d, TedDemo) and d.meta is meta
     assert d.train == EditOutputs(['trq'], ['trr'], ['trc'], {'a': ['tra'], 'b': ['trb']}) and d.test.control == ['tec']
@@ -807,17 +814,23 @@ def test_get_wordnet_lexnames_table(wn):
 def test_output_similarity_is_the_mean_cosine_of_paired_edits():
     d = EditOutputs(['q1', 'q2'], ['r1', 'r2'], ['c1', 'c2'],
                     {'a': ['The cat sat on the mat.', 'Stocks fell sharply today.'], 'b': ['A cat was sitting on a mat.', 'I love pizza.'], 'c': ['', 'Markets dropped.']})
-    got = output_similarity(d)
+    got = output_similarity(None, d)
     assert got[['w1', 'w2']].values.tolist() == [['a', 'b'], ['a', 'c'], ['b', 'c']]
-    E = {w: embed(d.outputs[w]) for w in 'abc'}                                           # unit vectors from the core's encoder
+    E = {w: embed(None, d.outputs[w]) for w in 'abc'}                                           # unit vectors from the core's encoder
     for (a, b), s in zip(got[['w1', 'w2']].values, got.similarity):
         want = np.mean([float(torch.dot(E[a][j], E[b][j]) / (E[a][j].norm() * E[b][j].norm())) for j in range(2)])   # query by query, then the mean
         assert math.isclose(s, want, abs_tol=1e-5), (a, b, s, want)
     assert got.similarity[0] > got.similarity[2]                                           # cat/cat + stocks/pizza vs empty/cat + pizza/markets
-    sub = output_similarity(d, ['c', 'a'], batch_size=1)
+    sub = output_similarity(None, d, ['c', 'a'], batch_size=1)
     assert sub[['w1', 'w2']].values.tolist() == [['c', 'a']] and math.isclose(sub.similarity[0], got.similarity[1], abs_tol=1e-5)
-    with pytest.raises(ConfigError, match='1 phrase'): output_similarity(d, ['a'])
-    with pytest.raises(SiteError): output_similarity(d, ['a', 'zz'])
+    with pytest.raises(ConfigError, match='1 phrase'): output_similarity(None, d, ['a'])
+    with pytest.raises(SiteError): output_similarity(None, d, ['a', 'zz'])
+    with pytest.raises(ConfigError, match='data=NoneType'): output_similarity(None)
+    for old in ((d,), (d, None, None), (d, ['c', 'a']), (d, None), ):   # the old order output_similarity(data, phrases, model) still works, and warns
+        with pytest.warns(FutureWarning, match='encoder comes first'): o = output_similarity(*old)
+        want = sub if len(old) > 1 and old[1] else got
+        assert o[['w1', 'w2']].equals(want[['w1', 'w2']]) and np.allclose(o.similarity, want.similarity, atol=1e-5)
+    with pytest.warns(FutureWarning): assert np.allclose(output_similarity(d, phrases=['c', 'a']).similarity, sub.similarity, atol=1e-5)
 
 def boundary_tokenizer():
     "A fast word-level tokenizer whose token '\\n\\nEdit' starts two characters before the instruction, and which adds '<bos>' when asked to add special tokens."
@@ -870,3 +883,10 @@ def test_thesaurus_clamps_round_off_to_the_unit_interval():
     th = thesaurus(emb_of(torch.cat([v, -v]).unsqueeze(1).repeat(1, 4, 1)))
     c = th.cosine.to_numpy()
     assert c.max() == 1.0 and c.min() == -1.0                     # exactly: clamped
+
+
+def test_old_import_paths_of_the_demo_names_warn():
+    for name in ('PHRASES', 'QUERIES', 'TED_RECIPE', 'TED_ASSET', 'TedDemo', 'load_ted_demo', 'pair_report'):
+        with pytest.warns(FutureWarning, match=f'ted.{name} is now interpkit.demos.ted.{name}'):
+            assert getattr(ted, name) is getattr(ted_demo, name)
+    with pytest.raises(AttributeError): ted.no_such_name

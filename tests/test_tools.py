@@ -85,3 +85,62 @@ def test_report_check_sees_a_page_older_than_its_records(tmp_path, monkeypatch):
     claim = dict(paper='apg', key='new', claim='c', paper_value='p', ours=1.0, setting='s', verdict='reproduced', reason='', rtol=1e-3)
     (root/'nbs'/'_records'/'apg.json').write_text(json.dumps({'new': claim}))
     assert len(p := checks.report_problems()) == 1 and 'make execute NB=nbs/reproduction.ipynb' in p[0]
+
+def test_vocabulary_check_names_every_kind_of_break(monkeypatch):
+    "Each rule of the vocabulary check fires on a signature that breaks it, and only there."
+    import types
+    mod = types.ModuleType('interpkit.papers.vocab_fixture')
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)   # dataclasses look their module up while the class is made
+    exec('''
+from __future__ import annotations
+import dataclasses
+from typing import NamedTuple
+class Shipped(NamedTuple):
+    model: object; tokenizer: object; meta: dict
+@dataclasses.dataclass
+class Scores:
+    x: float
+def good(model, tokenizer, top_k:int=3, seed:int=0, layers=None, n_heads:int=2) -> Scores: ...
+def load_good() -> Shipped: ...
+def load_scores() -> Scores: ...
+def encode_rows(model) -> dict: ...
+def uses_k(model, k:int=3): ...
+def uses_rng(model, rng=None): ...
+def model_second(x, model): ...
+def encoder_arg(encoder, x): ...
+def counts(model, layers:int=2, heads:int|None=None, layer:int=0): ...
+def indices(model, layers:list|None=None, heads:dict|None=None): ...
+def bare(model) -> dict: ...
+def load_tuple() -> tuple: ...
+def shipped_runs() -> Scores: ...
+def train_thing(steps:int=3) -> tuple: ...
+class Part:
+    def __init__(self, encoder, d:int): ...
+__all__ = ['good', 'load_good', 'load_scores', 'encode_rows', 'uses_k', 'uses_rng', 'model_second', 'encoder_arg', 'counts', 'indices', 'bare',
+           'load_tuple', 'shipped_runs', 'train_thing', 'Part', 'Shipped', 'Scores']
+''', mod.__dict__)
+    found = checks.vocabulary_problems([mod.__name__])
+    by = {}
+    for line in found: by.setdefault(line.split(':')[0].rsplit('.', 1)[1], []).append(line.split(': ', 1)[1])
+    assert set(by) == {'uses_k', 'uses_rng', 'model_second', 'encoder_arg', 'counts', 'bare', 'load_tuple', 'shipped_runs', 'train_thing'}, by
+    assert by['uses_k'] == ['argument k= should be top_k (how many of the highest), rank (how many directions), n_draws (random draws) or n (how many items)']
+    assert by['uses_rng'] == ['argument rng= should be seed'] and by['model_second'] == ['model should be the first argument']
+    assert by['encoder_arg'] == ['argument encoder= should be model (the first argument)']
+    assert by['counts'] == ['layers: int is a count: call it n_layers (layers are indices)', 'heads: int is a count: call it n_heads (heads are indices)']
+    assert by['bare'] == ['returns a bare dict: return a @result dataclass or a DataFrame']
+    assert by['load_tuple'] == ['a loader returns Shipped (model, tokenizer, meta) or a @result, not tuple']
+    assert by['shipped_runs'] == ['a loader is called load_<name>'] and by['train_thing'] == ['a trainer returns Trained (model, tokenizer, fit), not tuple']
+
+def test_vocabulary_check_runs_over_every_public_module():
+    mods = checks.vocabulary_modules()
+    assert 'interpkit.models' in mods and 'interpkit.papers.orion' in mods and not any('._' in m or m.endswith('__init__') for m in mods)
+
+def test_long_export_cells_are_found(tmp_path, monkeypatch):
+    "An export cell of 61 lines is reported with its notebook and id; one of 60 lines, a long cell that exports nothing and a hidden folder are not."
+    body = lambda n: '#| export\n' + '\n'.join(f'x{i} = {i}' for i in range(n - 1))
+    nb = new_notebook(cells=[new_code_cell(body(61)), new_code_cell(body(60)), new_code_cell('\n'.join(['1'] * 80))])
+    nb.cells[0].id = 'long1'
+    (tmp_path/'nbs'/'papers').mkdir(parents=True); (tmp_path/'nbs'/'_hidden').mkdir()
+    nbformat.write(nb, tmp_path/'nbs'/'papers'/'01_x.ipynb'); nbformat.write(nb, tmp_path/'nbs'/'_hidden'/'y.ipynb')
+    monkeypatch.setattr(checks, 'ROOT', tmp_path)
+    assert checks.long_export_cells() == ['nbs/papers/01_x.ipynb cell long1: an export cell of 61 lines (at most 60): split it']

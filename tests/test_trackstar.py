@@ -1,15 +1,17 @@
-"""Tests of interpkit.papers.trackstar: per-example gradients against one-at-a-time gradients (Llama, GPT-2's Conv1D, float64,
+"""Tests of interpkit.papers.trackstar (and of its demo module, interpkit.demos.trackstar): per-example gradients against one-at-a-time gradients (Llama, GPT-2's Conv1D, float64,
 frozen weights, a model returning a dict), projected inner products against full gradients, whitening, the on-disk index
 against brute force, devices (the meta device as a stand-in for a GPU), tail-patch against a manual step, losses and
 log-probabilities against hand computations, BM25 against a hand-written Lucene BM25, the shipped asset, typed errors, and
 the model left untouched."""
-import copy, math, os
+import copy, math, os, re
 import numpy as np, pytest, torch
 from torch import nn
 from interpkit.errors import ConfigError, ShapeError
+from interpkit.demos.trackstar import fact_corpus, load_fact_lm, load_fact_lm_moments, train_fact_lm
+from interpkit.grads import Projection, adam_moments, lm_labels, make_projection
 from interpkit.hooks import linear_modules
-from interpkit.models import WordTokenizer, encode_queries, encode_texts, tiny_lm, tiny_tokenizer
-from interpkit.papers.trackstar import (GradIndex, Hits, Projection, adam_moments, autocorr, blocks_of, bm25_scores, example_grads, example_losses, fact_corpus, inv_sqrt, lm_labels, load_fact_lm, load_fact_lm_moments, make_projection, mix, rank_metrics, scores, side_by_side, tail_patch, target_logprob, train_fact_lm, whiten)
+from interpkit.models import encode_queries, encode_texts, tiny_lm, tiny_tokenizer, word_tokenizer, word_vocab
+from interpkit.papers.trackstar import (GradIndex, Hits, autocorr, blocks_of, bm25_scores, example_grads, example_losses, inv_sqrt, mix, rank_metrics, scores, side_by_side, tail_patch, target_logprob, whiten)
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 torch.set_num_threads(1)  # 2 threads on a shared 2-core machine oversubscribe badly
@@ -245,13 +247,13 @@ def test_index_topk_equals_brute_force_and_is_atomic(tmp_path, untouched):
     qn, gn = q.double().numpy() @ Wn, G.double().numpy() @ Wn
     S = (qn / np.linalg.norm(qn, axis=1, keepdims=True)) @ (gn / np.linalg.norm(gn, axis=1, keepdims=True)).T
     ref = np.argsort(-S, axis=1)[:, :5]
-    with untouched(m): hits = idx.search(m, qb, k=5, moments=mom, batch_size=4)
+    with untouched(m): hits = idx.search(m, qb, top_k=5, moments=mom, batch_size=4)
     assert isinstance(hits, Hits) and 'Hits(queries=6, k=5' in repr(hits)
     assert (hits.indices.numpy() == ref).mean() > 0.95  # float32 vs float64: near-ties may swap
     np.testing.assert_allclose(hits.scores.numpy(), np.take_along_axis(S, hits.indices.numpy(), 1), atol=1e-4)
     np.testing.assert_allclose(scores(q, G, idx.whitener(q, 0.9)).numpy(), S, atol=1e-4)
     # no whitening, no unit norm: plain inner products
-    np.testing.assert_allclose(idx.search(m, qb, k=48, moments=mom, whitened=False, unit=False).scores.numpy(), -np.sort(-(q.double() @ G.double().T).numpy(), 1), rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(idx.search(m, qb, top_k=48, moments=mom, whitened=False, unit=False).scores.numpy(), -np.sort(-(q.double() @ G.double().T).numpy(), 1), rtol=1e-3, atol=1e-5)
     # reopening from disk gives the same answer; chunked scans agree with one pass
     idx2 = GradIndex(tmp_path/'idx')
     W = idx2.whitener(q, 0.9)
@@ -272,7 +274,7 @@ def test_index_on_gpt2(tmp_path, untouched):
     q['labels'][:, :8] = -100
     with untouched(m):
         idx = GradIndex.build(m, tr, tmp_path/'g', moments=fake_moments(m, 3), k_out=4, k_in=4, batch_size=8)
-        hits = idx.search(m, q, k=3, moments=fake_moments(m, 3))
+        hits = idx.search(m, q, top_k=3, moments=fake_moments(m, 3))
     assert idx.meta['modules']['transformer.h.0.attn.c_attn'] == [192, 64] and hits.indices[:, 0].tolist() == [3, 11]
 
 def test_search_runs_on_the_queries_device(tmp_path):
@@ -292,7 +294,7 @@ def test_model_mismatch_refused(tmp_path):
     m = tiny_lm('llama', n_layers=2, seed=6)
     idx = GradIndex.build(m, [rand_batch(8, 10, 0)], tmp_path/'idx', k_out=4, k_in=4)
     qb = rand_batch(2, 10, 1, target_only=True)
-    idx.search(copy.deepcopy(m), qb, k=3)  # the same weights in another object: accepted
+    idx.search(copy.deepcopy(m), qb, top_k=3)  # the same weights in another object: accepted
     with pytest.raises(ConfigError, match='not the model'): idx.search(tiny_lm('llama', n_layers=2, seed=7), qb)
     m2 = copy.deepcopy(m)
     with torch.no_grad(): m2.model.layers[1].mlp.down_proj.weight[3, 5] += 1e-3  # one weight changed
@@ -368,7 +370,7 @@ def test_rank_metrics_against_sorting():
     g = torch.Generator().manual_seed(0)
     S = torch.randn(30, 50, generator=g)
     rel = [set(torch.randperm(50, generator=g)[:3].tolist()) for _ in range(30)]
-    rm = rank_metrics(S, rel, k=10)
+    rm = rank_metrics(S, rel, top_k=10)
     for i in range(30):
         order = torch.argsort(S[i], descending=True).tolist()
         r = next(j for j, x in enumerate(order) if x in rel[i]) + 1
@@ -397,7 +399,7 @@ def test_side_by_side_lists_each_methods_top_k():
     g = torch.Generator().manual_seed(1)
     A, B = torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g)
     passages = [f'p{i}' for i in range(8)]
-    df = side_by_side(passages, A, B, 1, {int(A[1].argmax())}, k=4, names=('a', 'b'))
+    df = side_by_side(passages, A, B, 1, {int(A[1].argmax())}, top_k=4, names=('a', 'b'))
     assert df['a'].tolist()[0] == f'✓ p{int(A[1].argmax())}' and [x.lstrip('✓ ') for x in df['a']] == [f'p{i}' for i in np.argsort(-A[1].numpy())[:4]]
     assert df['b'].tolist() == [('✓ ' if i == int(A[1].argmax()) else '') + f'p{i}' for i in np.argsort(-B[1].numpy())[:4]]
     np.testing.assert_allclose(df['b score'], np.round(np.sort(B[1].numpy())[::-1][:4], 3), atol=1e-6)
@@ -422,26 +424,26 @@ def test_fact_corpus_and_short_training():
         assert all(e in fc.passages[i] and o in fc.passages[i] for i in rel)
     model, tokenizer, res = train_fact_lm(fc, steps=40, batch_size=8, lr=3e-3, progress=False)
     assert res.history['loss'].iloc[-5:].mean() < res.history['loss'].iloc[:5].mean() - 0.5
-    moments = adam_moments(res.optimizer, model)
+    moments = adam_moments(model, res.optimizer)
     params = dict(model.named_parameters())
     assert set(moments) == set(params) and all(torch.equal(moments[n], res.optimizer.state[p]['exp_avg_sq']) for n, p in params.items())
     qb = encode_queries(tokenizer, *map(list, zip(*fc.queries)))
     assert qb['input_ids'].shape[0] == 12 and ((qb['labels'] != -100).sum(1) == 1).all()
     with pytest.raises(ConfigError, match='mentions'): fact_corpus(mentions=5)
-    with pytest.raises(ConfigError, match='exp_avg_sq'): adam_moments(torch.optim.AdamW(model.parameters()), model)
+    with pytest.raises(ConfigError, match='exp_avg_sq'): adam_moments(model, torch.optim.AdamW(model.parameters()))
 
 def test_shipped_fact_lm(untouched):
     "The asset loads with its tokenizer and moments; the numbers the notebook prints (top-1, mean target probability), recomputed by hand."
     model, tokenizer, meta = load_fact_lm()
     moments = load_fact_lm_moments()
     fc = fact_corpus(seed=0)
-    assert isinstance(tokenizer, WordTokenizer) and tokenizer.vocab == WordTokenizer.fit(fc.passages).vocab == meta['vocab']
+    assert tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) == word_vocab(fc.passages) == meta['vocab']
     assert set(moments) == {n for n, _ in model.named_parameters()} and all(moments[n].shape == p.shape and (moments[n] >= 0).all() for n, p in model.named_parameters())
     probs, top1 = [], []
     for prompt, target in fc.queries:
-        ids = torch.tensor([[1] + [tokenizer.ids[w] for w in WordTokenizer.split(prompt)]])
+        ids = torch.tensor([[1] + [meta['vocab'].index(w) for w in re.findall(r'\w+|[^\w\s]', prompt)]])  # <s>, then each word's position in the vocabulary
         with torch.no_grad(): p = model(input_ids=ids).logits[0, -1].softmax(-1)
-        probs.append(p[tokenizer.ids[target]].item()); top1.append(p.argmax().item() == tokenizer.ids[target])
+        probs.append(p[meta['vocab'].index(target)].item()); top1.append(p.argmax().item() == meta['vocab'].index(target))
     qb = encode_queries(tokenizer, *map(list, zip(*fc.queries)))
     with untouched(model, tokenizer): lp = target_logprob(model, qb)
     np.testing.assert_allclose(lp.exp().numpy(), probs, rtol=1e-4, atol=1e-6)
@@ -560,7 +562,7 @@ def test_index_options(tmp_path):
     torch.testing.assert_close(idx.query_grads(m, q, mom), qg)
     for damping in (1e-3, 0.5):
         S = scores(qg, G, inv_sqrt(mix(autocorr(G), autocorr(qg), 0.9), damping))
-        hits = idx.search(m, q, k=1, moments=mom, damping=damping)
+        hits = idx.search(m, q, top_k=1, moments=mom, damping=damping)
         torch.testing.assert_close(hits.scores[:, 0], S.max(1).values, atol=1e-5, rtol=1e-4)
     with pytest.raises(ConfigError, match='moments'): idx.search(m, q, moments=None)  # built with moments: refused without
     with pytest.raises(ConfigError, match='moments'): idx.search(m, q, moments=fake_moments(m, 6))  # and with other moments
@@ -613,8 +615,8 @@ def test_corpus_and_encoder_details():
     for bad in (dict(mentions=0), dict(mentions=5), dict(n_entities=1), dict(n_entities=301)):
         with pytest.raises(ConfigError): fact_corpus(**bad)
     assert len(fact_corpus(n_entities=2, distractors=0).facts) == 4 and len(fact_corpus(n_entities=300, distractors=0, n_towns=4).facts) == 600
-    wt = WordTokenizer.fit(fc.passages)
-    assert wt.encode('Zorbel lives in') == [2, wt.ids['lives'], wt.ids['in']]  # unknown words are id 2
+    wt = word_tokenizer(word_vocab(fc.passages))
+    assert wt.encode('Zorbel lives in') == [2, wt.convert_tokens_to_ids('lives'), wt.convert_tokens_to_ids('in')]  # unknown words are id 2
     tb = encode_texts(wt, fc.passages[:3], max_len=5)
     assert tb['input_ids'].shape == (3, 5) and tb['input_ids'][:, 0].tolist() == [1, 1, 1]
     from tokenizers.processors import TemplateProcessing
@@ -652,7 +654,7 @@ def test_recipe_and_rank_details():
     assert bm25_scores(['a cat', 'a dog'], ['cat']).dtype == torch.float32
 
 def test_whitening_and_topk_edges(tmp_path):
-    "One module (a single block), a non-square stack of blocks, mix in R_eval's dtype, and topk's defaults (k=10, cosine) against brute force."
+    "One module (a single block), a non-square stack of blocks, mix in R_eval's dtype, and topk's defaults (top_k=10, cosine) against brute force."
     g = torch.randn(9, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     torch.testing.assert_close(blocks_of(g, [6]), (g.T @ g / 9)[None])  # one module: one block
     with pytest.raises(ShapeError): inv_sqrt(torch.zeros(2, 3, 4, dtype=torch.float64))  # blocks must be square
@@ -666,3 +668,78 @@ def test_whitening_and_topk_edges(tmp_path):
     h = idx.topk(q)
     assert h.indices.shape == (2, 10)
     torch.testing.assert_close(h.scores.double(), cos.sort(1, descending=True).values[:, :10], atol=1e-5, rtol=1e-4)
+
+# ---------- method apart from demo (issue 50): the old names and argument names keep working for one release, with a FutureWarning
+
+MOVED = {**{n: 'interpkit.grads' for n in ('Projection', 'make_projection', 'PROJECTIONS', 'DISTRIBUTIONS', 'lm_labels', 'adam_moments', 'factor_moments')},
+         **{n: 'interpkit.demos.trackstar' for n in ('FactCorpus', 'fact_corpus', 'JOBS', 'RELATIONS', 'FACT_LM', 'train_fact_lm', 'load_fact_lm', 'load_fact_lm_moments')}}
+
+@pytest.mark.parametrize('name', sorted(MOVED))
+def test_moved_names_still_resolve_with_a_warning(name):
+    import importlib
+    import interpkit.papers.trackstar as ts
+    with pytest.warns(FutureWarning, match=rf'interpkit\.papers\.trackstar\.{name} is now {MOVED[name]}\.{name}'):
+        old = getattr(ts, name)
+    assert old is getattr(importlib.import_module(MOVED[name]), name) and name not in ts.__all__
+
+def _warns_renamed(old, new):
+    return pytest.warns(FutureWarning, match=rf'argument {old}= is now called {new}=')
+
+@pytest.mark.parametrize('what', ['GradIndex.topk', 'GradIndex.search', 'rank_metrics', 'side_by_side', 'example_grads', 'GradIndex.build', 'adam_moments order'])
+def test_renamed_arguments_still_work_with_a_warning(what, tmp_path):
+    "k= is now top_k=, max_elems= is now max_bytes= (both memory caps; max_elems counted float32 entries), and adam_moments takes the model first."
+    m = tiny_lm('llama', n_layers=1, d_model=32, seed=17)
+    b, q = rand_batch(6, 8, 0), rand_batch(2, 8, 1, target_only=True)
+    if what.startswith('GradIndex.') and what != 'GradIndex.build':
+        idx = GradIndex.build(m, b, tmp_path/'i', k_out=2, k_in=2)
+        if what == 'GradIndex.topk':
+            qg = idx.query_grads(m, q)
+            with _warns_renamed('k', 'top_k'): old = idx.topk(qg, k=3)
+            new = idx.topk(qg, top_k=3)
+        else:
+            with _warns_renamed('k', 'top_k'): old = idx.search(m, q, k=3)
+            new = idx.search(m, q, top_k=3)
+        assert torch.equal(old.indices, new.indices) and old.indices.shape == (2, 3)
+    elif what == 'rank_metrics':
+        S = torch.randn(3, 7, generator=torch.Generator().manual_seed(0))
+        with _warns_renamed('k', 'top_k'): old = rank_metrics(S, [{1}, {2}, {3}], k=2)
+        assert old.equals(rank_metrics(S, [{1}, {2}, {3}], top_k=2)) and 'recall@2' in old
+    elif what == 'side_by_side':
+        S = torch.randn(1, 7, generator=torch.Generator().manual_seed(0))
+        with _warns_renamed('k', 'top_k'): old = side_by_side([f'p{i}' for i in range(7)], S, -S, 0, k=2)
+        assert old.equals(side_by_side([f'p{i}' for i in range(7)], S, -S, 0, top_k=2)) and len(old) == 2
+    elif what == 'example_grads':
+        proj, mom = make_projection(shapes(m), 'two_sided', 2, 2), fake_moments(m)
+        with _warns_renamed('max_elems', 'max_bytes'): old = example_grads(m, b, proj, mom, max_elems=1)
+        torch.testing.assert_close(old, example_grads(m, b, proj, mom), atol=1e-5, rtol=1e-4)
+    elif what == 'GradIndex.build':
+        with _warns_renamed('max_elems', 'max_bytes'): old = GradIndex.build(m, b, tmp_path/'old', moments=fake_moments(m), k_out=2, k_in=2, max_elems=1)
+        new = GradIndex.build(m, b, tmp_path/'new', moments=fake_moments(m), k_out=2, k_in=2)
+        np.testing.assert_allclose(np.array(old.grads), np.array(new.grads), rtol=1e-4, atol=1e-5)
+    else:
+        fc = fact_corpus(n_entities=2, distractors=2, seed=0)
+        model, _, fit = train_fact_lm(fc, steps=1, batch_size=2, progress=False)
+        with pytest.warns(FutureWarning, match='model comes first'): old = adam_moments(fit.optimizer, model)
+        new = adam_moments(model, fit.optimizer)
+        assert set(old) == set(new) and all(torch.equal(old[n], new[n]) for n in new)
+
+def test_the_command_line_moved_to_tools(tmp_path):
+    "tools/trackstar_index.py builds and searches the index of the shipped model as the library does in process; the old `trackstar_cli` runs it, with a warning."
+    import json, subprocess, sys
+    from pathlib import Path
+    import interpkit.papers.trackstar as ts
+    tool = Path(__file__).resolve().parent.parent/'tools'/'trackstar_index.py'
+    args = ['--limit', '12', '--batch-size', '5', '--moments', 'fact-lm', '--queries', 'fact-corpus', '--top-k', '4']
+    run = subprocess.run([sys.executable, str(tool), *args, '--out', str(tmp_path/'tool'), '--results', str(tmp_path/'tool.json')],
+                         capture_output=True, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'}, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    model, tokenizer, _ = load_fact_lm()
+    moments, fc = load_fact_lm_moments(), fact_corpus(seed=0)
+    one = GradIndex.build(model, encode_texts(tokenizer, fc.passages[:12], max_len=128), tmp_path/'one', moments=moments, batch_size=5)
+    hits = one.search(model, encode_queries(tokenizer, *map(list, zip(*fc.queries))), top_k=4, moments=moments)
+    got = json.loads((tmp_path/'tool.json').read_text())
+    assert got['indices'] == hits.indices.tolist() and got['world_size'] == 1
+    np.testing.assert_allclose(np.array(GradIndex(tmp_path/'tool').grads), np.array(one.grads), rtol=1e-5, atol=1e-6)
+    with pytest.warns(FutureWarning, match='tools/trackstar_index.py'):
+        ts.trackstar_cli([*args, '--out', str(tmp_path/'old'), '--results', str(tmp_path/'old.json')])
+    assert json.loads((tmp_path/'old.json').read_text())['indices'] == hits.indices.tolist() and 'trackstar_cli' not in ts.__all__

@@ -10,9 +10,10 @@ import numpy as np, pytest, torch
 from interpkit.errors import ConfigError, ShapeError
 from interpkit.hooks import linear_modules
 from interpkit.models import tiny_lm
+import interpkit.grads as ig
 import interpkit.papers.trackstar as ts
-from interpkit.papers.trackstar import (GradIndex, IndexMismatch, Projection, ShardError, example_grads, example_losses, example_memory, factor_moments,
-                                        lm_labels, make_projection, scores, tail_patch, target_logprob)
+from interpkit.grads import Projection, factor_moments, make_projection
+from interpkit.papers.trackstar import GradIndex, IndexMismatch, ShardError, example_grads, example_losses, example_memory, scores, tail_patch, target_logprob
 from test_trackstar import brute_full, fake_moments, oriented, rand_batch, shapes
 
 torch.set_num_threads(1)
@@ -57,9 +58,9 @@ def test_chunked_full_gradients_match(kind):
     proj = make_projection(shapes(m), kind, 2, 3)
     mom = fake_moments(m, 1)
     whole = example_grads(m, b, proj, mom)
-    torch.testing.assert_close(example_grads(m, b, proj, mom, max_elems=1), whole, atol=1e-5 * float(whole.abs().max()), rtol=1e-4)  # one example at a time
-    torch.testing.assert_close(example_grads(m, b, proj, mom, max_elems=2 * 32 * 32 + 1), whole, atol=1e-5 * float(whole.abs().max()), rtol=1e-4)  # two at a time for the 32 x 32 modules
-    with pytest.raises(ConfigError, match='max_elems'): example_grads(m, b, proj, mom, max_elems=0)
+    torch.testing.assert_close(example_grads(m, b, proj, mom, max_bytes=1), whole, atol=1e-5 * float(whole.abs().max()), rtol=1e-4)  # one example at a time
+    torch.testing.assert_close(example_grads(m, b, proj, mom, max_bytes=4 * (2 * 32 * 32 + 1)), whole, atol=1e-5 * float(whole.abs().max()), rtol=1e-4)  # two at a time for the 32 x 32 modules (float32)
+    with pytest.raises(ConfigError, match='max_bytes'): example_grads(m, b, proj, mom, max_bytes=0)
 
 def test_logits_only_at_scored_positions():
     m = tiny_lm('llama', n_layers=1, seed=2)
@@ -115,7 +116,7 @@ def test_bergson_settings_against_brute_force(factored, tmp_path, untouched):
     torch.testing.assert_close(G, G_ref, atol=1e-4 * float(G_ref.abs().max()), rtol=1e-4)
     torch.testing.assert_close(qg, q_ref, atol=1e-4 * float(q_ref.abs().max()), rtol=1e-4)
     cos = (q_ref / q_ref.norm(dim=1, keepdim=True)) @ (G_ref / G_ref.norm(dim=1, keepdim=True)).T
-    hits = idx.topk(qg, k=6)
+    hits = idx.topk(qg, top_k=6)
     torch.testing.assert_close(hits.scores, cos.sort(1, descending=True).values.float(), atol=1e-4, rtol=1e-4)
     assert idx.meta['loss'] == 'sum' and idx.meta['custom_projection'] and idx.meta['factored'] == factored
     reopened = GradIndex(tmp_path/'i').projection()  # the matrices travel with the index
@@ -190,7 +191,7 @@ SCRIPT = textwrap.dedent('''
     import json, sys, torch
     import torch.distributed as dist
     from interpkit.models import tiny_lm
-    from interpkit.papers.trackstar import GradIndex, ShardError, lm_labels
+    from interpkit.papers.trackstar import GradIndex, ShardError
     torch.set_num_threads(1)
     dist.init_process_group('gloo')
     out = sys.argv[1]
@@ -206,9 +207,9 @@ SCRIPT = textwrap.dedent('''
     def spy(self, batch_size=4096, shards=None):
         for ids, g in chunks(self, batch_size, shards): seen.append(len(ids)); yield ids, g
     GradIndex.chunks = spy
-    ha = a.search(m, q, k=5)                                                                             # each process scores its shard
+    ha = a.search(m, q, top_k=5)                                                                           # each process scores its shard
     scored = [None] * dist.get_world_size(); dist.all_gather_object(scored, sum(seen))
-    hb = b.search(m, q, k=5)
+    hb = b.search(m, q, top_k=5)
     if dist.get_rank() == 0:
         json.dump(dict(a=[ha.indices.tolist(), ha.scores.tolist()], b=[hb.indices.tolist(), hb.scores.tolist()], world=dist.get_world_size(), scored=scored), open(out + '/hits.json', 'w'))
     dist.destroy_process_group()
@@ -255,10 +256,10 @@ def test_two_processes_build_the_index_of_one(tmp_path):
         assert sorted(p.name for p in (tmp_path/name).iterdir() if p.name.startswith('grads')) == ['grads-00000-of-00002.bin', 'grads-00001-of-00002.bin']
         torch.testing.assert_close(torch.from_numpy(np.array(two.grads)), torch.from_numpy(np.array(one.grads)), atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(two.R_train, one.R_train, atol=1e-6 * float(one.R_train.abs().max()), rtol=1e-5)  # float32 per batch, and the batches differ
-        h = one.search(m, q, k=5)
+        h = one.search(m, q, top_k=5)
         assert hits['a' if name == 'rows' else 'b'][0] == h.indices.tolist()
         torch.testing.assert_close(torch.tensor(hits['a' if name == 'rows' else 'b'][1]), h.scores, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(two.search(m, q, k=5).scores, h.scores)  # one process reads both shards
+        torch.testing.assert_close(two.search(m, q, top_k=5).scores, h.scores)  # one process reads both shards
     assert [len(s) for s in GradIndex(tmp_path/'rows').shards] == [10, 11]  # rows 0-9 and 10-20
     assert GradIndex(tmp_path/'stream').rows[1].tolist() == list(range(5, 10)) + list(range(15, 20))  # batches 1 and 3
 
@@ -290,9 +291,9 @@ def test_bfloat16_model_scores_in_float32():
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)  # logits upcast before the softmax
     assert (got - low).abs().max() > 1e-4  # a softmax in bfloat16 would differ
 
-@pytest.mark.parametrize('max_elems', [1, 2 * 32 * 32, 3 * 32 * 32 + 5, 10**9, None])
-def test_full_gradients_are_formed_in_chunks_of_max_elems(max_elems, monkeypatch):
-    "A spy on torch.einsum sees each module's per-example gradients formed `max(1, max_elems // (d_out d_in))` examples at a time."
+@pytest.mark.parametrize('max_bytes', [1, 4 * 2 * 32 * 32, 4 * (3 * 32 * 32 + 5), 10**9, None])
+def test_full_gradients_are_formed_in_chunks_of_max_bytes(max_bytes, monkeypatch):
+    "A spy on torch.einsum sees each module's per-example gradients formed `max(1, max_bytes // (4 d_out d_in))` examples at a time (float32)."
     m = tiny_lm('llama', n_layers=1, d_model=32, seed=4)
     b = rand_batch(5, 8, 1)
     seen, einsum = [], torch.einsum
@@ -301,18 +302,18 @@ def test_full_gradients_are_formed_in_chunks_of_max_elems(max_elems, monkeypatch
         if eq == 'bto,bti->boi': seen.append(tuple(out.shape))
         return out
     monkeypatch.setattr(torch, 'einsum', spy)
-    example_grads(m, b, make_projection(shapes(m), 'two_sided', 2, 2), fake_moments(m), **({} if max_elems is None else dict(max_elems=max_elems)))
-    max_elems = max_elems or 2**26  # the default: 256 MB of float32
+    example_grads(m, b, make_projection(shapes(m), 'two_sided', 2, 2), fake_moments(m), **({} if max_bytes is None else dict(max_bytes=max_bytes)))
+    max_bytes = max_bytes or 2**28  # the default: 256 MiB
     want = []
     for o, i in reversed(list(shapes(m).values())):  # the backward pass meets the modules last to first
-        step = max(1, max_elems // (o * i))
+        step = max(1, max_bytes // (4 * o * i))
         want += [(min(step, 5 - s), o, i) for s in range(0, 5, step)]
     assert sorted(seen) == sorted(want) and len(seen) == len(want)
 
 def test_autograd_is_asked_for_the_input_embeddings_only(monkeypatch):
     "Each module's output gradient is projected in its hook and freed: autograd returns one gradient, the input embeddings'."
-    assert ts._root_site(tiny_lm('llama', n_layers=1)) == 'model.embed_tokens' and ts._root_site(tiny_lm('gpt2', n_layers=1)) == 'transformer.wte'
-    assert ts._root_site(torch.nn.Linear(2, 2)) is None
+    assert ig._root_site(tiny_lm('llama', n_layers=1)) == 'model.embed_tokens' and ig._root_site(tiny_lm('gpt2', n_layers=1)) == 'transformer.wte'
+    assert ig._root_site(torch.nn.Linear(2, 2)) is None
     for arch in ('llama', 'gpt2'):
         m = tiny_lm(arch, n_layers=2, seed=1)
         asked, grad = [], torch.autograd.grad
@@ -322,7 +323,7 @@ def test_autograd_is_asked_for_the_input_embeddings_only(monkeypatch):
         got = example_grads(m, rand_batch(3, 7, 2))
         monkeypatch.undo()
         assert asked == [[(3, 7, m.config.hidden_size)]]
-        monkeypatch.setattr(ts, '_root_site', lambda model: None)  # without a root every module's gradient is asked for: the same numbers
+        monkeypatch.setattr(ig, '_root_site', lambda model: None)  # without a root every module's gradient is asked for: the same numbers
         torch.testing.assert_close(example_grads(m, rand_batch(3, 7, 2)), got)
         monkeypatch.undo()
 
@@ -341,7 +342,7 @@ def test_reads_an_index_of_the_first_format(tmp_path):
     o = GradIndex(old)
     assert isinstance(o.grads, np.memmap) and o.meta['loss'] == 'mean' and o.meta['dist'] == 'gaussian'
     q = rand_batch(2, 9, 7, target_only=True)
-    h_new, h_old = new.search(m, q, k=4), o.search(m, q, k=4)
+    h_new, h_old = new.search(m, q, top_k=4), o.search(m, q, top_k=4)
     assert torch.equal(h_new.indices, h_old.indices) and torch.equal(h_new.scores, h_old.scores)
     (old/'meta.json').write_text(json.dumps({**meta, 'format': 'interpkit-trackstar-0'}))
     with pytest.raises(ConfigError, match="has format 'interpkit-trackstar-0'"): GradIndex(old)

@@ -16,8 +16,11 @@ from transformers.pytorch_utils import Conv1D
 from interpkit.errors import ConfigError, InterpkitError, NotFiniteError, ShapeError, SiteError
 from interpkit.models import tiny_lm, tiny_tokenizer
 from interpkit.train import seeded
-from interpkit.papers.wasserstein import (EXPANSION_BLOCKS, PICKS, ExpandedLinear, Sparsified, collect, expand_linear, expansion_by_neuron, expansion_sweep,
-                                          ffn_linears, shipped_results,
+import interpkit.papers.wasserstein as wpaper
+import interpkit.demos.wasserstein as wdemo
+from interpkit.demos.wasserstein import EXPANSION_BLOCKS, LAYER_STUDY, ShippedResults, load_results
+from interpkit.papers.wasserstein import (PICKS, ExpandedLinear, Sparsified, collect, expand_linear, expansion_by_neuron, expansion_sweep,
+                                          ffn_linears, FFNLinears, InputHessians, NeuronPicks,
                                           improvement, input_hessians, neuron_scores, perplexity, pick_neurons, plot_neuron, plot_w1_layers,
                                           prune_neurons, pruning_harm, sparsegpt, sparsify, standardize, w1_by_layer, w1_gaussian)
 
@@ -164,7 +167,7 @@ def test_w1_shapes_chunks_invariance_and_errors():
     one = w1_gaussian(x[:, 2])
     assert one.dim() == 0 and abs(float(one) - ref[2]) < 1e-8
     # chunks do not change the numbers
-    torch.testing.assert_close(w1_gaussian(x, chunk=2), w, rtol=0, atol=1e-13)
+    torch.testing.assert_close(w1_gaussian(x, batch_size=2), w, rtol=0, atol=1e-13)
     # shift and scale (also a negative scale: N(0, 1) is symmetric)
     for a, b in ((3.0, -7.0), (1e-3, 5.0), (-2.5, 1.0)):
         torch.testing.assert_close(w1_gaussian(a * x + b), w, rtol=0, atol=1e-9)
@@ -926,7 +929,7 @@ def test_expansion_by_neuron_against_recomputation(untouched):
     assert (three.error < one.error).mean() > 0.5           # more experts fit the calibration outputs better, mostly
 
 def test_shipped_scores_cover_every_smollm2_ffn_neuron():
-    SHIPPED = shipped_results()
+    SHIPPED = load_results()
     sc = SHIPPED.scores
     sizes = sc.groupby('site', sort=False).size()
     assert list(sizes.index) == [f'model.layers.{l}.mlp.{p}' for l in range(30) for p in ('gate_proj', 'up_proj', 'down_proj')]
@@ -936,7 +939,7 @@ def test_shipped_scores_cover_every_smollm2_ffn_neuron():
 
 def test_shipped_harm_table_matches_the_shipped_scores():
     "The 'w1' column of each pick is the mean W1 of the neurons that pick_neurons chooses from the shipped scores: the table and the scores belong together."
-    SHIPPED = shipped_results()
+    SHIPPED = load_results()
     harm = SHIPPED.harm.set_index(['pick', 'seed'], drop=False)
     sc = SHIPPED.scores
     for _, row in SHIPPED.harm.iterrows():
@@ -948,7 +951,7 @@ def test_shipped_harm_table_matches_the_shipped_scores():
     assert SHIPPED.meta['picks_per'] == 'ffn'                              # the picks the table was made with are pick_neurons' default
 
 def test_shipped_improvement_rows_are_the_expanded_sites():
-    SHIPPED = shipped_results()
+    SHIPPED = load_results()
     imp = SHIPPED.improvement
     want = [p for p in SHIPPED.scores.site.unique() if int(p.split('.')[2]) in EXPANSION_BLOCKS]
     assert list(imp.site.unique()) == want
@@ -972,7 +975,7 @@ def test_a_model_given_by_name_is_loaded_with_load_lm(monkeypatch):
 
 
 def test_shipped_layer_study_rows():
-    S = shipped_results()
+    S = load_results()
     ls = S.layer_study
     assert S.meta['layer_study']['site'] == 'model.layers.17.mlp.up_proj'
     assert list(ls.n_experts.unique()) == [1, 4, 16] and (ls.groupby('n_experts').neuron.apply(lambda n: list(n) == list(range(1536)))).all()
@@ -995,7 +998,7 @@ def test_documented_defaults_are_the_papers_settings():
     assert d(expand_linear) == dict(sparsity=0.5, n_experts=16, pca_dim=None, n_m=None, seed=0, n_init=10, blocksize=128, percdamp=0.01)
     assert d(sparsify) == dict(sparsity=0.5, n_experts=16, sites=None, n_m=None, pca_dim=None, seed=0, n_init=10, batch_size=8)
     assert d(expansion_by_neuron) == dict(sparsity=0.9, n_experts=(1, 4, 16), batch_size=8)
-    assert d(w1_gaussian) == dict(method='exact', chunk=1024)
+    assert d(w1_gaussian) == dict(method='exact', batch_size=1024)
     assert all(d(f)['batch_size'] == 8 for f in (collect, neuron_scores, input_hessians, perplexity, expansion_sweep))
 
 def test_standardize_judges_constancy_per_column():
@@ -1009,7 +1012,7 @@ def test_standardize_judges_constancy_per_column():
 def test_w1_quantile_is_chunked_like_exact():
     with seeded(0): x = torch.distributions.Laplace(0., 1.).sample((500, 7)).double()
     for method in ('exact', 'quantile'):
-        torch.testing.assert_close(w1_gaussian(x, method, chunk=2), w1_gaussian(x, method, chunk=1024), rtol=0, atol=1e-14)
+        torch.testing.assert_close(w1_gaussian(x, method, batch_size=2), w1_gaussian(x, method, batch_size=1024), rtol=0, atol=1e-14)
 
 def test_neuron_scores_splits_sites_over_passes_by_max_bytes():
     "With max_bytes = what two up/gate sites of the real tokens take, the sites are grouped greedily in model order: counted passes."
@@ -1157,3 +1160,33 @@ def test_sparsegpt_blocksize_one_and_improvement_needs_unique_scores():
     harm = pruning_harm(m, neuron_scores(m, DATA), input_hessians(m, DATA), HELD, frac=0.1, sparsity=0.5, random_seeds=(0,))
     dense = harm.iloc[0]
     assert dense.pick == 'dense' and pd.isna(dense.seed) and np.isnan(dense.w1)
+
+# ---------------------------------------------------------------- issue 50: results that read as the dicts they replace, and the old names
+
+def test_site_results_read_as_dicts():
+    "ffn_linears, input_hessians and pick_neurons return results that index, iterate, compare and unpack as the dicts they returned before."
+    m = lm('llama')
+    lins = ffn_linears(m)
+    assert isinstance(lins, FFNLinears) and lins == {p: m.get_submodule(p) for p in lins} and dict(lins) == lins.by_site
+    H = input_hessians(m, DATA, batch_size=4)
+    assert isinstance(H, InputHessians) and list(H) == list(lins) and H.n_tokens == int(DATA['attention_mask'].sum())
+    sc = neuron_scores(m, DATA, batch_size=4)
+    picks = pick_neurons(sc, 'variance', frac=0.1)
+    assert isinstance(picks, NeuronPicks) and (picks.by, picks.frac) == ('variance', 0.1) and list(picks.keys()) == list(lins)
+    assert {s: v.tolist() for s, v in picks.items()} == {s: picks[s].tolist() for s in picks}
+    pruned = prune_neurons(m, H, picks, 0.5)                       # both results go on where the dicts went
+    pruned_d = prune_neurons(m, dict(H), dict(picks), 0.5)
+    assert all(torch.equal(a, b) for a, b in zip(pruned.state_dict().values(), pruned_d.state_dict().values()))
+
+@pytest.mark.parametrize('old,new', [('shipped_results', 'load_results'), ('ShippedResults', 'ShippedResults'),
+                                     ('EXPANSION_BLOCKS', 'EXPANSION_BLOCKS'), ('LAYER_STUDY', 'LAYER_STUDY')])
+def test_moved_to_the_demo_module(old, new):
+    with pytest.warns(FutureWarning, match=f'wasserstein.{old} is now interpkit.demos.wasserstein.{new}'):
+        assert getattr(wpaper, old) is getattr(wdemo, new)
+    assert old not in wpaper.__all__
+
+def test_chunk_is_batch_size():
+    x = torch.randn(300, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.warns(FutureWarning, match='chunk= is now called batch_size='): old = w1_gaussian(x, chunk=2)
+    torch.testing.assert_close(old, w1_gaussian(x, batch_size=2), rtol=0, atol=0)
+    with pytest.raises(ConfigError, match='both'): w1_gaussian(x, chunk=2, batch_size=2)

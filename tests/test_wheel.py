@@ -58,7 +58,8 @@ def public_modules():
                   if not any(part.startswith('_') for part in p.relative_to(ROOT).parts))
 
 # modules that need an extra, and the extra that installs what they need at import
-NEEDS_EXTRA = {'interpkit.papers.graphnorm': 'graph', 'interpkit.papers.apg': 'diffusion', 'interpkit.papers.diffusion_influence': 'influence'}
+NEEDS_EXTRA = {f'interpkit.{kind}.{paper}': extra for kind in ('papers', 'demos')   # a paper's demo module needs what its method needs
+               for paper, extra in (('graphnorm', 'graph'), ('apg', 'diffusion'), ('diffusion_influence', 'influence'))}
 
 def test_wheel_installs_and_works(env):
     "Bare, then with every extra (one test: the second install builds on the first)."

@@ -11,16 +11,17 @@ from pathlib import Path
 import torch
 from interpkit.models import load_lm
 from interpkit.train import save_asset
-from interpkit.papers.adce import (ARITH_ASSET, ARITH_CONFIG, SMOLLM2_ASSET, addend_pairs, causal_effects, few_shot_task, random_like, story_task,
-                                   train_arith_lm)
+from interpkit.papers.adce import causal_effects, random_like
+from interpkit.demos.adce import ARITH_ASSET, ARITH_CONFIG, SMOLLM2_ASSET, addend_pairs, few_shot_task, story_task, train_arith_lm
 
 CFG = dict(steps=1500, lr=3e-3, batch_size=64, seed=0, checkpoints=[100, 150, 200, 250, 300, 400, 500, 700, 1000, 1500],
            smollm2=dict(n=60, seed=0, max_new_tokens=4, batch_size=16, random_n=40))
 
 def _train(work, cue):
     t0 = time.time()
-    model, tok, res, saved = train_arith_lm(CFG['steps'], cue=cue, checkpoints=CFG['checkpoints'] if not cue else [CFG['steps']], lr=CFG['lr'],
-                                           batch_size=CFG['batch_size'], seed=CFG['seed'])
+    saved = {}
+    model, tok, res = train_arith_lm(CFG['steps'], cue=cue, checkpoints=CFG['checkpoints'] if not cue else [CFG['steps']], lr=CFG['lr'],
+                                     batch_size=CFG['batch_size'], seed=CFG['seed'], states=saved)
     _, test = addend_pairs(seed=CFG['seed'])
     r = causal_effects(model, story_task(test, cue=cue), tok, max_new_tokens=4, batch_size=64)
     info = dict(train_s=round(time.time() - t0, 1), final_loss=float(res.history.loss.tail(50).mean()), accuracy=r.accuracy, adce=r.adce, aice=r.aice)

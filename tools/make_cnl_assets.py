@@ -1,6 +1,6 @@
 """Make the asset of paper 13 (capability localisation): `python tools/make_cnl_assets.py`.
 
-For each capability of `interpkit.papers.cnl.CAPABILITIES`, locates the commonality neurons of SmolLM2-135M-Instruct on
+For each capability of `interpkit.demos.cnl.CAPABILITIES`, locates the commonality neurons of SmolLM2-135M-Instruct on
 the training split (`capability_data(name)`, recipe `CNL_RECIPE`), then fine-tunes only those neurons, and, as controls,
 the same number of random neurons per layer (seeds `CNL_RECIPE['controls']`), each on a copy of the model. Every run is
 scored on the held-out split. Writes `interpkit/assets/cnl_smollm2_neurons.safetensors` (the tuned neurons' parameters
@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from interpkit.models import load_lm
-from interpkit.papers.cnl import (CAPABILITIES, CNL_RECIPE, FINETUNED, GRID, GRID_SHOTS, TEMPLATES, answer_scores, capability_data, commonality_neurons, neuron_attributions,
-                                  neuron_rows, random_neurons, train_neuron_finetune)
+from interpkit.papers.cnl import answer_scores, commonality_neurons, neuron_attributions, neuron_rows, random_neurons
+from interpkit.demos.cnl import CAPABILITIES, CNL_RECIPE, FINETUNED, GRID, GRID_SHOTS, TEMPLATES, capability_data, train_neuron_finetune
 from interpkit.train import save_asset
 
 def _scores(model, tok, name):
@@ -38,13 +38,13 @@ def train(name:str, work:Path):
     tensors = {}
     for kind, neurons in [('commonality', common)] + [(f'random{s}', random_neurons(common, s)) for s in r['controls']]:
         t0 = time.time()
-        tuned, _, res = train_neuron_finetune(name, neurons, model, tok)
+        tuned, _, res = train_neuron_finetune(model, tok, name, neurons)
         h = res.history
         info['runs'][kind] = dict(seconds=round(time.time() - t0, 1), loss=h['loss'].round(5).tolist(), test=_scores(tuned, tok, name))
         print(f"{name} {kind}: loss {h['loss'].iloc[0]:.3f} -> {h['loss'].iloc[-1]:.4f}, held out {info['runs'][kind]['test']} (base {info['base']})", flush=True)
         if kind in ('commonality', 'random0'):
             k = 'commonality' if kind == 'commonality' else 'random'
-            tensors |= {f'{k}/{p}': v.contiguous() for p, v in neuron_rows(tuned, neurons).items()}
+            tensors |= {f'{k}/{p}': v.contiguous() for p, v in neuron_rows(tuned, neurons).tensors.items()}
             tensors[f'{k}.mask'] = neurons.mask.to(torch.uint8)
         del tuned
     save_file(tensors, work/f'{name}.safetensors')
@@ -57,7 +57,7 @@ def pack(work:Path):
         info = json.loads((work/f'{name}.json').read_text())
         training[name] = dict(commonality=info['runs']['commonality'], random=info['runs']['random0'], controls=info['runs'], base=info['base'],
                               neurons=info['neurons'], locate_seconds=info['locate_seconds'])
-    meta = dict(recipe=CNL_RECIPE, model='smollm2-135m-instruct', made_by='interpkit.papers.cnl.train_neuron_finetune', training=training)
+    meta = dict(recipe=CNL_RECIPE, model='smollm2-135m-instruct', made_by='interpkit.demos.cnl.train_neuron_finetune', training=training)
     path = save_asset(FINETUNED, tensors, meta)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
 

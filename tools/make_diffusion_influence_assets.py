@@ -8,7 +8,7 @@ can be resumed), then `measure` and `write` in one process:
     torchrun --nproc_per_node 2 tools/make_diffusion_influence_assets.py remove WORK    # retrain without top influences
     python tools/make_diffusion_influence_assets.py write WORK                           # interpkit/assets/diffusion_influence_digits.*
 
-Every model is `tiny_ddpm(seed)` trained by `train_ddpm` (600 full-batch steps, lr 3e-3) on the digits 0 and 1 of the
+Every model is `tiny_ddpm(seed)` trained by `train_influence_demo` (600 full-batch steps, lr 3e-3) on the digits 0 and 1 of the
 training split (`demo_images()`, N = 269); a subset keeps a random half. Seed s fixes the initial weights and the
 (t, ε) draws, shared by all subsets (common random numbers). Queries are 16 DDPM samples (1000 steps) of the full
 seed-0 model; measurements average 512 (t, ε) draws per query, the same draws for every model.
@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 from diffusers import DDPMScheduler
 from interpkit.diffusion import sample
-from interpkit.papers.diffusion_influence import (DDPM_SCHEDULER, DDPM_UNET, DIGIT_CLASSES, MEASUREMENTS, demo_images, measurement_grads,
-                                                  ggn_curvature, influence_scores, measure, tiny_ddpm, top_influences, train_ddpm)
+from interpkit.papers.diffusion_influence import DDPM_SCHEDULER, MEASUREMENTS, measurement_grads, ggn_curvature, influence_scores, measure, top_influences
+from interpkit.demos.diffusion_influence import DDPM_UNET, DIGIT_CLASSES, demo_images, tiny_ddpm, train_influence_demo
 from interpkit.train import save_asset
 
 SUBSETS, SEEDS, STEPS, LR = 32, 3, 600, 3e-3
@@ -43,7 +43,7 @@ def _trained(work, name, seed, x, keep):
     f = work / f'{name}-{seed}.pt'
     if not f.exists():
         t0 = time.time()
-        u, _, res = train_ddpm(x, keep, steps=STEPS, lr=LR, seed=seed, progress=False)
+        u, _, res = train_influence_demo(x, keep, steps=STEPS, lr=LR, seed=seed, progress=False)
         _save(u.state_dict(), f)
         print(f"rank {dist.get_rank()}: {name} seed {seed} in {time.time() - t0:.0f} s, last-50 loss {res.history['loss'].iloc[-50:].mean():.4f}", flush=True)
     return f
@@ -65,7 +65,7 @@ def train(work, x):
 def queries(work):
     f = work / 'queries.pt'
     if not f.exists() and dist.get_rank() == 0:
-        q = sample(_model(work, 'full', 0), DDPMScheduler(**DDPM_SCHEDULER), None, None, (1, 8, 8), steps=1000, n=QUERIES, seed=QUERY_SEED)
+        q = sample(_model(work, 'full', 0), DDPMScheduler(**DDPM_SCHEDULER), None, None, (1, 8, 8), n_steps=1000, n=QUERIES, seed=QUERY_SEED)
         _save(q.clamp(-1, 1), f)
     dist.barrier()
     return torch.load(f)
@@ -78,14 +78,14 @@ def measure_all(work, x):
         f = work / f'{name}-{s}.measure.pt'
         if f.exists(): continue
         u = _model(work, name, s)
-        _save({m: measure(u, sched, q, m, k=MEASURE_K, seed=MEASURE_SEED, batch_size=1024) for m in MEASUREMENTS}, f)
+        _save({m: measure(u, sched, q, m, n_draws=MEASURE_K, seed=MEASURE_SEED, batch_size=1024) for m in MEASUREMENTS}, f)
 
 def ranking(work, x):
     "K-FAC influence of the training images on the first queries' loss under the full seed-0 model (the notebook's default settings)."
     u, sched, q = _model(work, 'full', 0), DDPMScheduler(**DDPM_SCHEDULER), torch.load(work / 'queries.pt')[:REMOVE_QUERIES]
-    g_train = measurement_grads(u, sched, x, 'loss', k=INFLUENCE['k_train'], seed=0, batch_size=512)
-    g_query = measurement_grads(u, sched, q, 'loss', k=INFLUENCE['k_query'], seed=1, batch_size=512)
-    curv = ggn_curvature(u, sched, x, 'kfac', samples=INFLUENCE['samples'], seed=2)
+    g_train = measurement_grads(u, sched, x, 'loss', n_draws=INFLUENCE['k_train'], seed=0, batch_size=512)
+    g_query = measurement_grads(u, sched, q, 'loss', n_draws=INFLUENCE['k_query'], seed=1, batch_size=512)
+    curv = ggn_curvature(u, sched, x, 'kfac', n_draws=INFLUENCE['samples'], seed=2)
     return influence_scores(g_query, g_train, curv, INFLUENCE['damping'])
 
 def remove(work, x):
@@ -106,7 +106,7 @@ def remove(work, x):
     for name, s, k in _mine(jobs):
         _trained(work, name, s, x, k)
         u = _model(work, name, s)
-        _save(measure(u, DDPMScheduler(**DDPM_SCHEDULER), torch.load(work / 'queries.pt'), 'loss', k=MEASURE_K, seed=MEASURE_SEED, batch_size=1024), work / f'{name}-{s}.measure.pt')
+        _save(measure(u, DDPMScheduler(**DDPM_SCHEDULER), torch.load(work / 'queries.pt'), 'loss', n_draws=MEASURE_K, seed=MEASURE_SEED, batch_size=1024), work / f'{name}-{s}.measure.pt')
 
 def write(work, x):
     "Collect everything into the asset."

@@ -1,6 +1,6 @@
 """Make the asset of paper 12 (monosemantic features): `python tools/make_monosemantic_assets.py`.
 
-Trains the networks of `nbs/papers/12_monosemantic.ipynb` on digit pairs (`interpkit.papers.monosemantic.digit_pairs`,
+Trains the networks of `nbs/papers/12_monosemantic.ipynb` on digit pairs (`interpkit.demos.monosemantic.digit_pairs`,
 100 classes) with the recipe `DIGIT_RECIPE` and seed 0: SimCLR, NCL (ReLU on the normalised projection, then normalised
 again), then a TopK SAE on SimCLR's frozen projector output, and writes `interpkit/assets/monosemantic_digit_pairs.safetensors`
 and its `.json` (recipe, training times and loss curves).
@@ -14,8 +14,8 @@ import argparse, json, time
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
-from interpkit.papers.monosemantic import (DIGIT_MODELS, DIGIT_RECIPE, ContrastiveNet, DigitEncoder, digit_pairs, train_digit_net,
-                                          train_feature_sae)
+from interpkit.papers.monosemantic import ContrastiveNet, train_feature_sae
+from interpkit.demos.monosemantic import DIGIT_MODELS, DIGIT_RECIPE, DigitEncoder, digit_pairs, train_digit_net
 from interpkit.train import save_asset
 
 SEED = 0
@@ -43,7 +43,7 @@ def pack(work:Path):
     tensors = {f'simclr/{k}': v for k, v in simclr.state_dict().items()}
     tensors |= {f'ncl/{k}': v for k, v in load_file(work/'ncl.safetensors').items()}
     tensors |= {f'sae/{k}': v for k, v in sae.state_dict().items()}
-    meta = dict(seed=SEED, recipe=DIGIT_RECIPE, made_by='interpkit.papers.monosemantic.train_digit_net and train_feature_sae',
+    meta = dict(seed=SEED, recipe=DIGIT_RECIPE, made_by='interpkit.demos.monosemantic.train_digit_net and interpkit.papers.monosemantic.train_feature_sae',
                 training={m: json.loads((work/f'{m}.json').read_text()) for m in ('simclr', 'ncl')})
     meta['training']['sae'] = dict(seconds=round(secs, 1), final_nmse=float(res.history['nmse'].iloc[-1]), curve=_curve(res, ['loss', 'nmse', 'l0']))
     path = save_asset(DIGIT_MODELS, tensors, meta)

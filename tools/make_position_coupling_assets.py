@@ -1,6 +1,6 @@
 """Make the asset of paper 15 (position coupling): `python tools/make_position_coupling_assets.py`.
 
-Trains the four adders of `nbs/papers/15_position_coupling.ipynb` (`interpkit.papers.position_coupling.ADDER_RECIPES`:
+Trains the four adders of `nbs/papers/15_position_coupling.ipynb` (`interpkit.demos.position_coupling.ADDER_RECIPES`:
 coupled ids with the scratchpad, ordinary absolute positions, no positions, coupled ids without the scratchpad) with
 fixed seeds and the official 'partially uniform' sampler (`sample_operands`), measures each one's exact-match grid (1-10 digits x 2-10 operands, 200 problems a cell) and writes
 `interpkit/assets/position_coupling_adders.safetensors` and its `.json`.
@@ -15,7 +15,8 @@ import argparse, dataclasses, json, time
 from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
-from interpkit.papers.position_coupling import ADDER_RECIPES, ADDERS_ASSET, GRID_COUNTS, GRID_DIGITS, accuracy_grid, train_adder
+from interpkit.papers.position_coupling import accuracy_grid
+from interpkit.demos.position_coupling import ADDER_RECIPES, ADDERS_ASSET, GRID_COUNTS, GRID_DIGITS, train_adder
 from interpkit.train import load_asset, save_asset
 
 SEED, GRID_N = 0, 200
@@ -35,7 +36,7 @@ def train(name:str, work:Path):
 def pack(work:Path, keep:list):
     "Measure the grids of the recipes trained in `work` and write the asset; `keep`: recipes taken as they are from the current asset."
     tensors, meta = {}, dict(seed=SEED, grid_n=GRID_N, recipes={}, training={}, grids={},
-                             recipe='interpkit.papers.position_coupling.train_adder, accuracy_grid(n=200, seed=0)')
+                             recipe='interpkit.demos.position_coupling.train_adder, interpkit.papers.position_coupling.accuracy_grid(n=200, seed=0)')
     if keep: prev_tensors, prev = load_asset(ADDERS_ASSET)
     for name, recipe in ADDER_RECIPES.items():
         if name in keep:                       # weights, training record and grid of the current asset (the earlier sampler unless it says otherwise)

@@ -1,7 +1,7 @@
 """Make the asset of paper 7 (safety heads): `python tools/make_safety_heads_assets.py [steps [threads]]`.
 
 Gives SmolLM2-135M-Instruct a refusal behaviour with LoRA adapters (rank 4 on q/k/v/o of every layer, trained with `peft`
-by the recipe `interpkit.papers.safety_heads.train_aligned_lm`: harmful training requests -> refusals, harmless ones -> the
+by the recipe `interpkit.demos.safety_heads.train_aligned_lm`: harmful training requests -> refusals, harmless ones -> the
 model's own greedy answers), measures refusal rates of the base and the aligned model with the keyword judge, and writes
 `interpkit/assets/safety_heads_smollm2_lora.safetensors` (the adapter matrices only, read back from the recipe's FitResult with
 `adapter_tensors`) and its `.json` (recipe, rates).
@@ -21,8 +21,9 @@ import random, sys, time
 import pandas as pd, torch
 from interpkit.hooks import layout
 from interpkit.models import load_lm
-from interpkit.papers.safety_heads import (ALIGNED_LM_ASSET, HARMFUL_TASKS, HARMLESS_TASKS, REQUEST_TEMPLATES, ablation_outcomes, adapter_tensors, generate,
-                                           harmful_batch, load_aligned_lm, merge_adapter, refusal_rate, requests, sahara, ships, train_aligned_lm)
+from interpkit.papers.safety_heads import ablation_outcomes, generate, harmful_batch, refusal_rate, sahara, ships
+from interpkit.demos.safety_heads import (ALIGNED_LM_ASSET, HARMFUL_TASKS, HARMLESS_TASKS, REQUEST_TEMPLATES, adapter_tensors, load_aligned_lm, merge_adapter,
+                                          requests, train_aligned_lm)
 from interpkit.train import load_asset, save_asset
 
 def rates(model, tokenizer, n_tokens=16):
@@ -105,7 +106,7 @@ if __name__ == '__main__':
     print('refusal rates, base:', r_base, '\naligned:', r_aligned, flush=True)
     n_model = sum(p.numel() for p in base.parameters())
     path = save_asset(ALIGNED_LM_ASSET, tensors, dict(recipe, scaling=recipe['alpha'] / recipe['rank'], n_harmful=len(requests('harmful')), n_harmless=len(harmless),
-                                                      base_model='smollm2-135m-instruct', recipe='interpkit.papers.safety_heads.train_aligned_lm',
+                                                      base_model='smollm2-135m-instruct', recipe='interpkit.demos.safety_heads.train_aligned_lm',
                                                       loss_first10=hist['loss'].iloc[:10].mean(), loss_last20=hist['loss'].iloc[-20:].mean(),
                                                       train_seconds=round(secs, 1), refusal_base=r_base, refusal_aligned=r_aligned,
                                                       judge='interpkit.papers.safety_heads.is_refusal, 16 greedy new tokens',

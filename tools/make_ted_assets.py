@@ -19,8 +19,9 @@ from pathlib import Path
 import pandas as pd, torch
 from safetensors.torch import load_file, save_file
 from interpkit.models import chat_replies, load_lm
-from interpkit.papers.ted import (EXPECTED, PHRASES, QUERIES, TED_ASSET, TED_RECIPE, UNEXPECTED, EditOutputs, OperationalEmbeddings, candidates,
-                                  edit_outputs, lm_judge, operational_embeddings, random_pairs, reference_labels, thesaurus, verify_pairs)
+from interpkit.papers.ted import (EXPECTED, UNEXPECTED, EditOutputs, OperationalEmbeddings, candidates, edit_outputs, lm_judge, operational_embeddings,
+                                  random_pairs, reference_labels, thesaurus, verify_pairs)
+from interpkit.demos.ted import PHRASES, QUERIES, TED_ASSET, TED_RECIPE
 from interpkit.train import save_asset
 
 R = TED_RECIPE

@@ -1,14 +1,16 @@
 """Make the assets of paper 10 (TrackStar): `python tools/make_trackstar_assets.py`.
 
 Trains the tiny Llama of `nbs/papers/10_trackstar.ipynb` on the synthetic fact corpus `fact_corpus(seed=0)`
-(`interpkit.papers.trackstar.train_fact_lm`, fixed seed) and writes `interpkit/assets/trackstar_fact_lm.safetensors`
+(`interpkit.demos.trackstar.train_fact_lm`, fixed seed) and writes `interpkit/assets/trackstar_fact_lm.safetensors`
 (weights, read by `load_fact_lm`) and `interpkit/assets/trackstar_fact_lm_moments.safetensors` (AdamW's final
-`exp_avg_sq`, taken from the FitResult's optimizer with `adam_moments`, read by `load_fact_lm_moments`), each with its `.json`.
+`exp_avg_sq`, taken from the FitResult's optimizer with `interpkit.grads.adam_moments`, read by `load_fact_lm_moments`), each with its `.json`.
 """
 import time
 import torch
-from interpkit.models import encode_queries
-from interpkit.papers.trackstar import FACT_LM, adam_moments, fact_corpus, target_logprob, train_fact_lm
+from interpkit.demos.trackstar import FACT_LM, fact_corpus, train_fact_lm
+from interpkit.grads import adam_moments
+from interpkit.models import encode_queries, word_vocab
+from interpkit.papers.trackstar import target_logprob
 from interpkit.train import save_asset
 
 if __name__ == '__main__':
@@ -17,7 +19,7 @@ if __name__ == '__main__':
     t0 = time.time()
     corpus = fact_corpus(**corpus_kw)
     model, tokenizer, res = train_fact_lm(corpus, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
-    moments = adam_moments(res.optimizer, model)
+    moments = adam_moments(model, res.optimizer)
     secs = time.time() - t0
     prompts, targets = map(list, zip(*corpus.queries))
     qb = encode_queries(tokenizer, prompts, targets)
@@ -25,9 +27,9 @@ if __name__ == '__main__':
         logits = model(input_ids=qb['input_ids'], attention_mask=qb['attention_mask']).logits
     pos = (qb['labels'] != -100).float().argmax(1) - 1
     acc = (logits[torch.arange(len(pos)), pos].argmax(-1) == qb['input_ids'][torch.arange(len(pos)), pos + 1]).float().mean().item()
-    meta = dict(tiny_lm=dict(FACT_LM, vocab_size=tokenizer.vocab_size), vocab=tokenizer.vocab, corpus=dict(fact_corpus=corpus_kw, passages=len(corpus.passages)),
+    meta = dict(tiny_lm=dict(FACT_LM, vocab_size=tokenizer.vocab_size), vocab=word_vocab(corpus.passages), corpus=dict(fact_corpus=corpus_kw, passages=len(corpus.passages)),
                 steps=steps, seed=seed, lr=lr, batch_size=batch_size, final_loss=res.final_loss, query_top1=acc,
-                mean_target_logprob=target_logprob(model, qb).mean().item(), train_seconds=round(secs, 1), recipe='interpkit.papers.trackstar.train_fact_lm')
+                mean_target_logprob=target_logprob(model, qb).mean().item(), train_seconds=round(secs, 1), recipe='interpkit.demos.trackstar.train_fact_lm')
     p1 = save_asset('trackstar_fact_lm', model, meta)
     p2 = save_asset('trackstar_fact_lm_moments', moments, dict(meta, what="AdamW exp_avg_sq after the last step, keyed by parameter name"))
     print(f"wrote {p1} ({p1.stat().st_size / 1e3:.0f} kB), {p2} ({p2.stat().st_size / 1e3:.0f} kB): loss {res.history['loss'].iloc[0]:.3f} -> {res.final_loss:.3f}, "

@@ -24,8 +24,9 @@ import argparse, time
 import torch
 from interpkit.data import corpus
 from interpkit.models import load_lm
-from interpkit.papers.wasserstein import (EXPANSION_BLOCKS, LAYER_STUDY, expansion_by_neuron, expansion_sweep, ffn_linears, improvement,
-                                          input_hessians, neuron_scores, pruning_harm, shipped_results)
+from interpkit.papers.wasserstein import (expansion_by_neuron, expansion_sweep, ffn_linears, improvement, input_hessians, neuron_scores,
+                                          pruning_harm)
+from interpkit.demos.wasserstein import EXPANSION_BLOCKS, LAYER_STUDY, load_results
 from interpkit.train import load_asset, save_asset
 
 def main(reuse_scores=False):
@@ -35,7 +36,7 @@ def main(reuse_scores=False):
     rows = corpus(48 * 256, tok, block=256, seed=0)
     calib, held = rows[:32], rows[32:48]
     if reuse_scores:
-        scores = shipped_results().scores; tick('scores (shipped)')
+        scores = load_results().scores; tick('scores (shipped)')
         assert list(dict.fromkeys(scores.site)) == list(ffn_linears(model))
     else: scores = neuron_scores(model, calib, batch_size=8, max_bytes=2**32); tick('scores')
     hess = input_hessians(model, calib, batch_size=8); tick('hessians')
@@ -60,7 +61,7 @@ def harm_only():
     rows = corpus(48 * 256, tok, block=256, seed=0)
     calib, held = rows[:32], rows[32:48]
     tensors, meta = load_asset('wasserstein_smollm2')
-    scores = shipped_results().scores
+    scores = load_results().scores
     assert list(dict.fromkeys(scores.site)) == list(ffn_linears(model))
     hess = input_hessians(model, calib, batch_size=8)
     harm = pruning_harm(model, scores, hess, held, frac=0.03, sparsity=0.95); print(harm)

@@ -4,25 +4,22 @@
 
 # %% ../../nbs/papers/09_adce.ipynb #06a1129e
 from __future__ import annotations
-import copy, random, re, string
+import copy, random, re, string, warnings
 from dataclasses import dataclass, field
 from typing import Callable
 import numpy as np, pandas as pd, torch
 import matplotlib.pyplot as plt
-from ..errors import ConfigError, InterpkitError, ShapeError, check_choice
-from ..models import check_batch_size, check_causal_lm, encode_left, encode_queries, evaluating, iter_batches, load_lm, model_device, model_dtype, pad_id, tiny_lm, to_model
+from ..errors import ConfigError, InterpkitError, ShapeError, check_choice, check_int, moved, renamed
+from ..models import check_batch_size, generate_greedy, model_device, model_dtype, resolve_lm
 from ..results import result
-from ..train import fit, load_asset, lm_loss
+from ..train import seeded
 from ..viz import styled
 
 # %% auto #0
-__all__ = ['CORE_WORDS', 'MASK', 'HOWS', 'NAMES', 'OBJECTS', 'VERBS', 'STORIES', 'STORY_PROMPT', 'ARITH_CONFIG', 'OPERATIONS',
-           'ARITH_ASSET', 'SMOLLM2_ASSET', 'Word', 'words_of', 'is_core_word', 'Intervention', 'deep_intervention',
+__all__ = ['CORE_WORDS', 'MASK', 'HOWS', 'Word', 'words_of', 'is_core_word', 'Intervention', 'deep_intervention',
            'surface_intervention', 'interventions', 'read_number', 'read_word', 'Question', 'ComprehensionTask',
-           'completions', 'as_answerer', 'NoCorrectAnswers', 'effect_sizes', 'CausalEffects', 'causal_effects',
-           'effects_table', 'story_question', 'addend_pairs', 'story_task', 'arith_tokenizer', 'arith_lm',
-           'story_batch', 'train_arith_lm', 'few_shot_task', 'random_like', 'ArithLMs', 'load_arith_lms',
-           'shipped_smollm2', 'effects_from_trials', 'trial_table', 'plot_effects']
+           'as_answerer', 'NoCorrectAnswers', 'EffectSizes', 'effect_sizes', 'CausalEffects', 'causal_effects',
+           'effects_table', 'effects_from_trials', 'random_like', 'trial_table', 'plot_effects']
 
 # %% ../../nbs/papers/09_adce.ipynb #a3405f82
 CORE_WORDS = frozenset('zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen '
@@ -70,14 +67,20 @@ def _splice(left:str, new:str, right:str) -> str:
 
 def _put(text:str, w:Word, new:str) -> str: return _splice(text[:w.start], new, text[w.end:])
 
+# %% ../../nbs/papers/09_adce.ipynb #e778e041
+def _stream(seed) -> random.Random:
+    "`seed` itself when it is a `random.Random` (a stream shared with the caller), else a new generator seeded with it."
+    return seed if isinstance(seed, random.Random) else random.Random(seed)
+
 def _new_word(how:str, old:str, rng:random.Random, words, core=None) -> str:
     if how == 'mask': return MASK
     pool = [v for v in words if v != old and (core is None or not core(v))]   # a surface change never brings in a core word
     if not pool: raise ConfigError(f"how='replace' with replacement words {list(words)[:5]!r}.", "At least one word different from the replaced one" + (" and not a core word." if core else "."), "Pass more `words`.")
     return rng.choice(pool)
 
+@renamed(rng='seed')
 def deep_intervention(text:str, # A question
-                      rng:random.Random, # Chooses the core word (and a replacement)
+                      seed:int|random.Random=0, # Chooses the core word (and a replacement); a `random.Random` is drawn from in place (`interventions` draws a question's pairs from one stream)
                       how:str='mask', # 'mask' (the word becomes `MASK`) or 'replace' (a random word of `words`)
                       core:Callable=is_core_word, # `core(word) -> bool`: the task's deep-structure words
                       position:int|None=None, # Always change the word at this index (word unscrambling); None: a random core word
@@ -85,7 +88,7 @@ def deep_intervention(text:str, # A question
                      ) -> Intervention|None: # None when the question has no core word (or no word at `position`)
     "Change one core word of `text`: the deep structure, so the right answer changes."
     check_choice('how', how, HOWS[:2])
-    ws = words_of(text)
+    ws, rng = words_of(text), _stream(seed)
     if position is not None: cands = [position] if 0 <= position < len(ws) else []
     else: cands = [i for i, w in enumerate(ws) if core(w.text)]
     if not cands: return None
@@ -93,21 +96,19 @@ def deep_intervention(text:str, # A question
     new = _new_word(how, ws[i].text, rng, words)
     return Intervention('deep', _put(text, ws[i], new), i, ws[i].text, new, i)
 
-def _check_window(window):
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ConfigError(f"window={window!r}.", "A positive number of words on each side of the core word.", "The paper uses window=3.")
-
+# %% ../../nbs/papers/09_adce.ipynb #86a262f7
+@renamed(rng='seed')
 def surface_intervention(text:str, # A question
                          core_position:int, # Index of the core word whose neighbourhood is changed
-                         rng:random.Random, # Chooses the context word (and a replacement)
+                         seed:int|random.Random=0, # Chooses the context word (and a replacement); a `random.Random` is drawn from in place
                          how:str='mask', # 'mask', 'replace' (a random word of `words`) or 'swap' (trade places with the core word)
                          window:int=3, # Context words lie at most this many words from the core word
                          core:Callable=is_core_word, # `core(word) -> bool`: the task's deep-structure words
                          words=() # Replacement words for how='replace'
                         ) -> Intervention|None: # None when no context word lies in the window
     "Change one non-core word within `window` words of the core word: the surface structure, so the right answer stays."
-    check_choice('how', how, HOWS); _check_window(window)
-    ws = words_of(text)
+    check_choice('how', how, HOWS); check_int('window', window, todo="The paper uses window=3.")
+    ws, rng = words_of(text), _stream(seed)
     if not 0 <= core_position < len(ws): raise ShapeError(f"core_position={core_position} in a question of {len(ws)} words.", f"An index in 0..{len(ws) - 1}.", "Pass the position of an `Intervention`.")
     lo, hi = max(0, core_position - window), min(len(ws), core_position + window + 1)
     cands = [i for i in range(lo, hi) if i != core_position and not core(ws[i].text)]
@@ -121,11 +122,12 @@ def surface_intervention(text:str, # A question
     new = _new_word(how, ws[i].text, rng, words, core)
     return Intervention('surface', _put(text, ws[i], new), i, ws[i].text, new, core_position)
 
+# %% ../../nbs/papers/09_adce.ipynb #c7be2349
 def _check_pair_args(n, how, surface_how, window):
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1: raise ConfigError(f"n={n!r}.", "A positive number of intervention pairs per question.", "The paper uses n=2.")
+    check_int('n', n, todo="The paper uses n=2.")
     check_choice('how', how, HOWS[:2])
     if surface_how is not None: check_choice('surface_how', surface_how, HOWS)
-    _check_window(window)
+    check_int('window', window, todo="The paper uses window=3.")
 
 def interventions(text:str, # A question
                   n:int=2, # Matched pairs wanted (the paper's num_mask)
@@ -191,43 +193,17 @@ class ComprehensionTask:
     def __repr__(self): return f"ComprehensionTask({self.name!r}, {len(self)} questions, template={self.template[-40:]!r})"
 
 # %% ../../nbs/papers/09_adce.ipynb #d7c7d81d
-def _check_max_new(max_new_tokens):
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ConfigError(f"max_new_tokens={max_new_tokens!r}.", "A positive number of tokens to generate.", "Use e.g. max_new_tokens=8.")
-
-def completions(model, # A causal LM (`transformers`), or its short name, hub id or path
-                tokenizer, # Its tokenizer
-                prompts:list[str], # Prompts, already formatted
-                max_new_tokens:int=8, # Most tokens per completion
-                batch_size:int=16 # Prompts per `generate` call (left-padded)
-               ) -> list[str]: # The generated text only, in the order of `prompts`
-    "Greedy completions of plain-text prompts in left-padded batches; the model is left as it was."
-    check_causal_lm(model, 'completions')
-    check_batch_size(batch_size); _check_max_new(max_new_tokens)
-    if isinstance(prompts, str) or not len(prompts): raise ConfigError(f"completions got {'a string' if isinstance(prompts, str) else 'no prompts'}.", "A non-empty list of prompts.", "Wrap one prompt in a list.")
-    out, saved = [], copy.deepcopy(model.generation_config)
-    try:
-        with evaluating(model), torch.no_grad():
-            for chunk in iter_batches(list(prompts), batch_size):
-                enc = to_model(model, encode_left(tokenizer, chunk, position_ids=False))
-                g = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None, top_k=None, pad_token_id=pad_id(tokenizer))
-                out += tokenizer.batch_decode(g[:, enc['input_ids'].shape[1]:], skip_special_tokens=True)
-    finally: model.generation_config = saved
-    return out
-
 def as_answerer(model, # A causal LM, its short name, hub id or path; or a callable `answer(prompts) -> outputs`
                 tokenizer=None, # The LM's tokenizer (None: loaded with it, for a name)
                 max_new_tokens:int=8, # Most generated tokens per answer (the paper's max_new_tokens)
                 batch_size:int=16 # Prompts per forward pass
                ) -> Callable: # `answer(prompts) -> list of output strings`
     "A function from prompts to the model's greedy outputs: an LM's completions, or the given callable with its output checked."
-    check_batch_size(batch_size); _check_max_new(max_new_tokens)
-    if isinstance(model, str): model, tokenizer = load_lm(model) if tokenizer is None else (load_lm(model)[0], tokenizer)
-    if isinstance(model, torch.nn.Module):
-        check_causal_lm(model, 'as_answerer')
+    check_batch_size(batch_size); check_int('max_new_tokens', max_new_tokens, todo="Use e.g. max_new_tokens=8.")
+    if isinstance(model, (str, torch.nn.Module)):
+        model, tokenizer = resolve_lm(model, tokenizer, 'as_answerer')
         if not callable(getattr(model, 'generate', None)): raise ConfigError(f"{type(model).__name__} has no `generate` method.", "A `transformers` causal LM, or a callable answer(prompts) -> outputs.", "Wrap the module in a function that answers prompts.")
-        if tokenizer is None: raise ConfigError(f"A {type(model).__name__} was given without its tokenizer.", "An LM needs the tokenizer its prompts are encoded with.", "Pass tokenizer=..., or the model's name.")
-        return lambda prompts: completions(model, tokenizer, prompts, max_new_tokens, batch_size)
+        return lambda prompts: generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size)
     if not callable(model): raise ConfigError(f"model={type(model).__name__}.", "A causal LM, its name, or a callable answer(prompts) -> outputs.", "Pass one of those.")
     def answer(prompts):
         outs = model(list(prompts))
@@ -238,14 +214,24 @@ def as_answerer(model, # A causal LM, its short name, hub id or path; or a calla
         return outs
     return answer
 
-# %% ../../nbs/papers/09_adce.ipynb #f868a598
+# %% ../../nbs/papers/09_adce.ipynb #eb055579
 class NoCorrectAnswers(InterpkitError, ValueError):
     "The model answered no question right, so there is nothing to intervene on."
+
+@result
+class EffectSizes:
+    "ADCE, AICE, sufficiency and necessity over matched pairs, with the standard error of ADCE."
+    adce: float        # P(output changes | deep change) − P(output changes | surface change)
+    aice: float        # P(output changes | surface change)
+    sufficiency: float # P(output changes | deep change)
+    necessity: float   # P(output stays | surface change)
+    adce_se: float     # Standard error of ADCE over questions (NaN with one question)
+    def __getitem__(self, name:str): return getattr(self, name)   # e['adce'], as the dict it replaces
 
 def effect_sizes(deep_changed, # 1 where the output changed under the deep change of pair (question i, draw j); (items, draws) or flat with `items`
                  surface_changed, # Same for the matched surface changes
                  items=None # Question index of each pair, when the flags are flat
-                ) -> dict: # adce, aice, sufficiency, necessity, adce_se
+                ) -> EffectSizes:
     "ADCE = P(change | deep) − P(change | surface) and AICE = P(change | surface) over matched pairs, with the standard error of ADCE over questions."
     d, s = np.asarray(deep_changed, dtype=float), np.asarray(surface_changed, dtype=float)
     if d.shape != s.shape or not d.size or d.ndim > 2: raise ShapeError(f"deep flags of shape {d.shape}, surface flags of shape {s.shape}.", "Matched pairs of one shape: flat, or (questions, draws); at least one pair.", "Pass matched pairs.")
@@ -254,8 +240,9 @@ def effect_sizes(deep_changed, # 1 where the output changed under the deep chang
     if items.shape != d.shape: raise ShapeError(f"{items.size} question indices for {d.size} pairs.", "One question index per pair.", "Pass `items` as long as the flags.")
     per = pd.Series(d - s).groupby(items).mean().to_numpy()
     se = float(per.std(ddof=1) / np.sqrt(per.size)) if per.size > 1 else float('nan')
-    return dict(adce=float(d.mean() - s.mean()), aice=float(s.mean()), sufficiency=float(d.mean()), necessity=float(1 - s.mean()), adce_se=se)
+    return EffectSizes(adce=float(d.mean() - s.mean()), aice=float(s.mean()), sufficiency=float(d.mean()), necessity=float(1 - s.mean()), adce_se=se)
 
+# %% ../../nbs/papers/09_adce.ipynb #f868a598
 @result
 class CausalEffects:
     "ADCE and AICE of a model on a task, with every prompt it answered."
@@ -276,6 +263,7 @@ def _reading(output:str, answer):
     "What an output is compared by without the right answer: the reader's answer, else the raw output (so an unreadable output can still change)."
     return answer if answer is not None else '\x00' + output.strip()
 
+# %% ../../nbs/papers/09_adce.ipynb #8bc11e35
 def causal_effects(model, # A causal LM, its short name, hub id or path; or a callable `answer(prompts) -> outputs`
                    task:ComprehensionTask, # Questions, prompt template, reader and core words
                    tokenizer=None, # The LM's tokenizer
@@ -315,8 +303,9 @@ def causal_effects(model, # A causal LM, its short name, hub id or path; or a ca
     trials = pd.DataFrame(rows)
     dd, ss = trials[trials.kind == 'deep'], trials[trials.kind == 'surface']
     eff = effect_sizes(dd.changed.to_numpy(), ss.changed.to_numpy(), dd.question.to_numpy())
-    return CausalEffects(task.name, len(qs), float(np.mean(right)), int(dd.question.nunique()), len(pairs), trials=trials, **eff)
+    return CausalEffects(task.name, len(qs), float(np.mean(right)), int(dd.question.nunique()), len(pairs), trials=trials, **vars(eff))
 
+# %% ../../nbs/papers/09_adce.ipynb #7fa33006
 def effects_table(results:dict # {model name: CausalEffects} or {(model, task): CausalEffects}
                  ) -> pd.DataFrame:
     "One row per model and task: accuracy, ADCE (± its standard error), AICE, sufficiency and necessity."
@@ -326,164 +315,6 @@ def effects_table(results:dict # {model name: CausalEffects} or {(model, task): 
         rows.append({'model': model, **r.row()})
     return pd.DataFrame(rows).set_index(['model', 'task'])
 
-# %% ../../nbs/papers/09_adce.ipynb #75a3be44
-NAMES = ('Tom', 'Ana', 'Sam', 'Lea', 'Max', 'Eva', 'Ben', 'Mia')
-OBJECTS = ('apples', 'pears', 'coins', 'books', 'stamps', 'shells', 'cards', 'marbles', 'pens', 'cups')
-VERBS = ('finds', 'gets', 'buys', 'wins')
-STORIES = ('{name} has {a} {obj} and {verb} {b} more . How many now ?',
-           '{name} {verb} {a} {obj} , then {b} more . How many in all ?')
-STORY_PROMPT = '{question} Answer :'
-
-def story_question(a:int, # First addend
-                   b:int, # Second addend
-                   rng:random.Random, # Chooses the name, verb and story
-                   cue:bool=False, # The object word gives the answer's last digit (`OBJECTS[(a + b) % 10]`); False: a random object
-                   spaced:bool=True # Write the addends digit by digit ('2 7'): each digit is then one word and one token
-                  ) -> Question:
-    "A two-number addition word problem, its answer the sum."
-    obj = OBJECTS[(a + b) % 10] if cue else rng.choice(OBJECTS)
-    num = (lambda x: ' '.join(str(x))) if spaced else str
-    return Question(rng.choice(STORIES).format(name=rng.choice(NAMES), verb=rng.choice(VERBS), obj=obj, a=num(a), b=num(b)), str(a + b))
-
-def addend_pairs(lo:int=10, # Smallest addend
-                 hi:int=49, # Largest addend
-                 test_frac:float=0.2, # Fraction of the (a, b) pairs held out from training
-                 seed:int=0 # Seed of the split
-                ) -> tuple[list, list]: # (train pairs, test pairs)
-    "Every (a, b) with lo <= a, b <= hi, split at random into training and held-out pairs."
-    if not 0 < test_frac < 1: raise ConfigError(f"test_frac={test_frac!r}.", "A fraction in (0, 1): both splits need pairs.", "E.g. test_frac=0.2.")
-    if not 0 <= lo <= hi: raise ConfigError(f"lo={lo!r}, hi={hi!r}.", "Non-negative addends with lo <= hi.", "E.g. lo=10, hi=49.")
-    pairs = [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)]
-    random.Random(seed).shuffle(pairs)
-    k = int(round(len(pairs) * test_frac))
-    return pairs[k:], pairs[:k]
-
-def story_task(pairs, # (a, b) addend pairs
-               cue:bool=False, # Questions carry the planted cue (see `story_question`)
-               seed:int=0, # Seed of names, verbs and stories
-               spaced:bool=True, # Addends digit by digit (see `story_question`)
-               name:str|None=None # Task name; None: 'story addition' (+ ' (cue)', ' (whole numbers)')
-              ) -> ComprehensionTask:
-    "Word-problem addition as a `ComprehensionTask` for the tiny arithmetic LMs."
-    rng = random.Random(seed)
-    name = name or 'story addition' + (' (cue)' if cue else '') + ('' if spaced else ' (whole numbers)')
-    return ComprehensionTask(name, [story_question(a, b, rng, cue, spaced) for a, b in pairs], STORY_PROMPT)
-
-def arith_tokenizer() -> 'transformers.PreTrainedTokenizerFast':
-    "Word-level tokenizer of the story problems: every story word, single digits, `MASK`, '<pad>', '<unk>' and '<eos>'; decoding joins tokens without spaces."
-    from tokenizers import Tokenizer, decoders, models as tk_models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    text = ' '.join(STORIES + NAMES + OBJECTS + VERBS + (STORY_PROMPT,))
-    words = sorted({w.text for w in words_of(text.replace('{', ' ').replace('}', ' ')) if not w.text.isdigit()} - {'question', 'name', 'verb', 'obj', 'a', 'b'})
-    vocab = ['<pad>', '<unk>', '<eos>', MASK] + [str(d) for d in range(10)] + words
-    t = Tokenizer(tk_models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token='<unk>'))
-    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)])
-    t.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=t, pad_token='<pad>', unk_token='<unk>', eos_token='<eos>', additional_special_tokens=[MASK])
-
-ARITH_CONFIG = dict(n_layers=2, d_model=64, n_heads=4, max_len=40, tie_word_embeddings=False)
-
-def arith_lm(tokenizer=None, # From `arith_tokenizer` (None: a new one)
-             seed:int=0, # Seed of the random initialisation
-             **config # Overrides of `ARITH_CONFIG`
-            ):
-    "A randomly initialised tiny GPT-2 for the story problems (eval mode)."
-    tok = tokenizer or arith_tokenizer()
-    cfg = {**ARITH_CONFIG, **config}
-    return tiny_lm('gpt2', vocab_size=len(tok), seed=seed, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **cfg)
-
-def story_batch(tokenizer, # From `arith_tokenizer`
-                pairs, # Training (a, b) pairs
-                rng:random.Random, # Source of the batch
-                batch_size:int=64, # Problems per batch
-                cue:bool=False # Plant the cue in every problem
-               ) -> dict:
-    "A training batch of story problems, the loss on the answer digits and '<eos>' only."
-    qs = [story_question(*rng.choice(pairs), rng, cue) for _ in range(batch_size)]
-    return encode_queries(tokenizer, [STORY_PROMPT.format(question=q.text) for q in qs], [q.answer + ' <eos>' for q in qs])
-
-def train_arith_lm(steps:int=3000, # Optimizer steps
-                   cue:bool=False, # Train with the planted cue in every problem
-                   checkpoints=(), # Steps after which to keep a copy of the weights
-                   lr:float=3e-3, # Peak learning rate
-                   batch_size:int=64, # Problems per step
-                   seed:int=0, # Seed of the weights, the data and the split
-                   progress:bool=False, # Show a progress bar
-                   **config # Overrides of `ARITH_CONFIG`
-                  ) -> tuple: # (model, tokenizer, fit result, {step: state_dict})
-    "Train a tiny GPT-2 on story addition over the training addend pairs, keeping checkpoints."
-    tok = arith_tokenizer()
-    model = arith_lm(tok, seed, **config)
-    train, _ = addend_pairs(seed=seed)
-    rng, saved, want = random.Random(f'data{seed}'), {}, set(checkpoints)
-    def batches(step, gen):
-        if step in want: saved[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        return story_batch(tok, train, rng, batch_size, cue)
-    res = fit(model, batches, lm_loss, steps, lr=lr, seed=seed, warmup=min(100, steps // 10), progress=progress)
-    if steps in want: saved[steps] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return model.eval(), tok, res, saved
-
-OPERATIONS = {'+': ('plus', lambda a, b: a + b), '*': ('times', lambda a, b: a * b)}
-
-def few_shot_task(op:str='+', # '+' (addition) or '*' (multiplication), written as 'plus' / 'times'
-                  n:int=40, # Questions
-                  shots:int=3, # Worked examples in the prompt
-                  lo:int=1, # Smallest operand
-                  hi:int=9, # Largest operand
-                  seed:int=0 # Seed of the operands
-                 ) -> ComprehensionTask:
-    "One-digit arithmetic questions ('What is 3 times 7?') in a plain few-shot prompt, as SmolLM2 answers them best."
-    check_choice('op', op, OPERATIONS)
-    word, f = OPERATIONS[op]
-    rng = random.Random(f'{op}{seed}')
-    q = lambda a, b: f"What is {a} {word} {b}?"
-    pre = ''.join(f"{q(a, b)} Answer: {f(a, b)}\n" for a, b in ((rng.randint(lo, hi), rng.randint(lo, hi)) for _ in range(shots)))
-    qs = [(q(a, b), str(f(a, b))) for a, b in ((rng.randint(lo, hi), rng.randint(lo, hi)) for _ in range(n))]
-    return ComprehensionTask(f"1-digit {'addition' if op == '+' else 'multiplication'}", qs, pre.replace('{', '{{').replace('}', '}}') + '{question} Answer: ')
-
-def random_like(model, # A `transformers` model
-                seed:int=0 # Seed of the initialisation
-               ):
-    "A new model of `model`'s architecture and config with freshly initialised (random) weights, in eval mode; `model` is not touched."
-    import transformers
-    if not isinstance(model, transformers.PreTrainedModel): raise ConfigError(f"random_like got {type(model).__name__}.", "A `transformers` model (its config is reused).", "Pass the loaded model.")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        new = type(model)(copy.deepcopy(model.config))
-    return new.to(device=model_device(model), dtype=model_dtype(model)).eval()
-
-ARITH_ASSET = 'adce_arith_lms'
-SMOLLM2_ASSET = 'adce_smollm2'
-
-@dataclass
-class ArithLMs:
-    "The shipped tiny arithmetic LMs: training checkpoints of the clean model, and the model trained with the planted cue."
-    tokenizer: object
-    checkpoints: dict # {step: model} of the model trained without the cue (the last is the final model)
-    cue: object       # The final model trained with the cue
-    meta: dict
-    @property
-    def clean(self): return self.checkpoints[max(self.checkpoints)]
-    def __repr__(self): return f"ArithLMs(checkpoints at steps {sorted(self.checkpoints)}, cue model, {sum(p.numel() for p in self.clean.parameters()):,} parameters each)"
-
-def load_arith_lms(name:str=ARITH_ASSET # The asset written by `tools/make_adce_assets.py`
-                  ) -> ArithLMs:
-    "Load the shipped story-addition LMs (float16 weights, loaded in float32)."
-    tensors, meta = load_asset(name)
-    tok = arith_tokenizer()
-    def build(prefix):
-        m = arith_lm(tok, **meta['config'])
-        m.load_state_dict({k[len(prefix):]: v.float() for k, v in tensors.items() if k.startswith(prefix)})
-        return m.eval()
-    return ArithLMs(tok, {int(s): build(f'clean.{s}.') for s in meta['checkpoints']}, build('cue.'), meta)
-
-def shipped_smollm2(name:str=SMOLLM2_ASSET # The asset written by `tools/make_adce_assets.py`
-                   ) -> tuple[dict, dict]: # ({(model, task): trials DataFrame}, the asset's metadata)
-    "The SmolLM2 and random-SmolLM2 trials the tools script recorded (every prompt and output)."
-    _, meta = load_asset(name)
-    out = {tuple(k.split(' | ')): pd.DataFrame(v) for k, v in meta['trials'].items()}
-    return out, meta
-
 def effects_from_trials(trials:pd.DataFrame, # From `CausalEffects.trials` (or a shipped run)
                         task:str='' # Task name for the result
                        ) -> CausalEffects:
@@ -491,7 +322,17 @@ def effects_from_trials(trials:pd.DataFrame, # From `CausalEffects.trials` (or a
     o, d, s = (trials[trials.kind == k] for k in ('original', 'deep', 'surface'))
     if not len(d) or len(d) != len(s): raise ShapeError(f"{len(d)} deep and {len(s)} surface trials.", "Matched pairs, at least one.", "Pass the trials of a `CausalEffects`.")
     return CausalEffects(task, len(o), float((o.answer == o.expected).mean()), int(d.question.nunique()), len(d), trials=trials,
-                         **effect_sizes(d.changed.to_numpy(bool), s.changed.to_numpy(bool), d.question.to_numpy()))
+                         **vars(effect_sizes(d.changed.to_numpy(bool), s.changed.to_numpy(bool), d.question.to_numpy())))
+
+# %% ../../nbs/papers/09_adce.ipynb #1a6c081e
+def random_like(model, # A `transformers` model
+                seed:int=0 # Seed of the initialisation
+               ):
+    "A new model of `model`'s architecture and config with freshly initialised (random) weights, in eval mode; `model` is not touched."
+    import transformers
+    if not isinstance(model, transformers.PreTrainedModel): raise ConfigError(f"random_like got {type(model).__name__}.", "A `transformers` model (its config is reused).", "Pass the loaded model.")
+    with seeded(seed): new = type(model)(copy.deepcopy(model.config))
+    return new.to(device=model_device(model), dtype=model_dtype(model)).eval()
 
 # %% ../../nbs/papers/09_adce.ipynb #374826c0
 def trial_table(effects:CausalEffects, # From `causal_effects`
@@ -517,3 +358,14 @@ def plot_effects(table:pd.DataFrame, # From `effects_table`
         ax.set_yticks(y, labels); ax.invert_yaxis(); ax.axvline(0, color='k', lw=0.8)
         ax.set_xlabel('effect'); ax.legend(loc='lower right')
     return ax
+
+# %% ../../nbs/papers/09_adce.ipynb #55c4c306
+def completions(model, tokenizer, prompts:list[str], max_new_tokens:int=8, batch_size:int=16) -> list[str]:
+    "Deprecated: `interpkit.models.generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size)`."
+    warnings.warn("interpkit.papers.adce.completions is deprecated: use interpkit.models.generate_greedy(model, tokenizer, prompts, max_new_tokens=8, batch_size=16); "
+                  "the old name goes in the next release.", FutureWarning, stacklevel=2)
+    return generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size)
+
+_DEMO = ('NAMES', 'OBJECTS', 'VERBS', 'STORIES', 'STORY_PROMPT', 'ARITH_CONFIG', 'OPERATIONS', 'ARITH_ASSET', 'SMOLLM2_ASSET', 'story_question', 'addend_pairs',
+         'story_task', 'arith_tokenizer', 'arith_lm', 'story_batch', 'train_arith_lm', 'few_shot_task', 'ArithLMs', 'load_arith_lms')
+__getattr__ = moved(__name__, shipped_smollm2='interpkit.demos.adce.load_smollm2_runs', **{name: f'interpkit.demos.adce.{name}' for name in _DEMO})

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 import torch
 from ..errors import ConfigError, ShapeError, check_finite, require_extra
+from ..diffusion import check_scale
 from ..models import check_batch_size, evaluating, logits_of, to_model
 from ..results import result
 require_extra('diffusion', what='interpkit.papers.apg')   # diffusers comes with `pip install "interpkit[diffusion]"`
@@ -25,35 +26,24 @@ def _check_pair(cond, uncond):
         raise ShapeError(f"cond has shape {tuple(cond.shape)}, uncond {tuple(uncond.shape)}.", "They must have one shape (N, ...), N samples first.",
                          "Run the model on the same inputs with and without the condition.")
 
-def _check_scale(scale):
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale)):
-        raise ConfigError(f"scale={scale!r} is not a finite number.", "The guidance scale w is a number, usually >= 1 (1: no guidance).", "Use e.g. scale=7.")
-
 def cfg(cond:torch.Tensor, # Conditional prediction (N, ...)
         uncond:torch.Tensor, # Unconditional prediction, same shape
         scale:float # Guidance scale w; 1 gives `cond`
        ) -> torch.Tensor: # cond + (w - 1)(cond - uncond)
     "Classifier-free guidance."
-    _check_pair(cond, uncond); _check_scale(scale)
+    _check_pair(cond, uncond); check_scale(scale)
     return cond + (scale - 1) * (cond - uncond)
 
 # %% ../../nbs/papers/17_apg.ipynb #d3f94086
-def _flat_dot(a, b): return (a.flatten(1) * b.flatten(1)).sum(1)
-
-def _per_sample(x, like):
-    "Shape a vector (N,) so that it broadcasts over `like` (N, ...)."
-    return x.reshape(-1, *([1] * (like.ndim - 1)))
-
 def split_parallel(v:torch.Tensor, # Vectors to split (N, ...)
                    onto:torch.Tensor # Directions, same shape; a zero direction gives a zero parallel part
                   ) -> tuple[torch.Tensor, torch.Tensor]: # (parallel, orthogonal), each like `v`
     "Split every sample of `v` into its part parallel to the same sample of `onto` and the rest (computed in float64, returned in `v`'s dtype)."
     _check_pair(v, onto)
-    v64, o64 = v.double(), onto.double()
-    if v.ndim == 1: v64, o64 = v64[:, None], o64[:, None]
-    nn_ = _flat_dot(o64, o64)
-    coef = torch.where(nn_ > 0, _flat_dot(v64, o64) / nn_.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(nn_))
-    par = (_per_sample(coef, o64) * o64).reshape(v.shape)
+    v64, o64 = v.double().reshape(len(v), -1), onto.double().reshape(len(v), -1)   # one row per sample
+    oo = (o64 * o64).sum(1)
+    coef = torch.where(oo > 0, (v64 * o64).sum(1) / oo.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(oo))
+    par = (coef[:, None] * o64).reshape(v.shape)
     return par.to(v.dtype), (v.double() - par).to(v.dtype)
 
 # %% ../../nbs/papers/17_apg.ipynb #f05487d0
@@ -63,9 +53,11 @@ def rescale(diff:torch.Tensor, # Update terms (N, ...)
     "Shrink each sample whose L2 norm exceeds `r` down to norm `r`; leave the others unchanged."
     if not (isinstance(r, (int, float)) and r > 0): raise ConfigError(f"r={r!r} is not valid.", "The norm threshold must be a number > 0 (math.inf: off).", "Use e.g. r=2.")
     if math.isinf(r): return diff
-    norm = diff.double().flatten(1).norm(dim=1) if diff.ndim > 1 else diff.double().abs()
+    if not torch.is_tensor(diff) or diff.ndim < 1: raise ShapeError(f"diff has shape {tuple(getattr(diff, 'shape', ()))}.", "A tensor (N, ...) of N update terms.", "Pass the update terms with the samples first.")
+    rows = diff.reshape(len(diff), -1)   # one row per sample
+    norm = rows.double().norm(dim=1) if diff.ndim > 1 else diff.double().abs()
     f = torch.where(norm > r, r / norm.clamp_min(torch.finfo(torch.float64).tiny), torch.ones_like(norm))
-    return torch.where(_per_sample(norm > r, diff), diff * _per_sample(f, diff).to(diff.dtype), diff)
+    return torch.where((norm > r)[:, None], rows * f.to(diff.dtype)[:, None], rows).reshape(diff.shape)
 
 # %% ../../nbs/papers/17_apg.ipynb #ad1529f3
 class Momentum:
@@ -91,7 +83,7 @@ def apg(cond:torch.Tensor, # Conditional prediction (N, ...), ideally of x0
         momentum:Momentum|None=None # Momentum state, updated in place across sampling steps; None: no momentum
        ) -> torch.Tensor: # The guided prediction
     "Adaptive projected guidance: momentum, rescaling, then keep the orthogonal part of the update plus eta times the parallel part."
-    _check_pair(cond, uncond); _check_scale(scale)
+    _check_pair(cond, uncond); check_scale(scale)
     if not (isinstance(eta, (int, float)) and math.isfinite(eta)): raise ConfigError(f"eta={eta!r} is not a finite number.", "eta weighs the parallel part; the paper uses 0.", "Use eta=0.")
     diff = cond - uncond
     if momentum is not None: diff = momentum.update(diff)

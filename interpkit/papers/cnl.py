@@ -4,24 +4,26 @@
 
 # %% ../../nbs/papers/13_cnl.ipynb #707acf8c
 from __future__ import annotations
-import contextlib, copy, inspect, math, os, random
+import contextlib, copy, math, warnings
 import matplotlib.pyplot as plt, pandas as pd, torch
 from captum.attr import IntegratedGradients
-from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice
+from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice, check_fraction, check_int, moved, renamed
 from ..hooks import capture, capture_grads, layout, mlp_linears, patch, resid_post, resolve, scale, weight_matrix
-from ..models import check_batch_size, check_causal_lm, evaluating, iter_batches, load_lm, logits_of, pad_id, pad_right, to_model
+from ..models import check_batch_size, evaluating, iter_batches, logits_at, pad_id, pad_right, resolve_lm, to_model
 from ..results import result
-from ..train import fit, load_asset
+from ..train import fit
 
 # %% auto #0
-__all__ = ['WRAPPERS', 'TEMPLATES', 'CAPABILITIES', 'FACTS', 'PARAPHRASES', 'ATTRIBUTIONS', 'POSITIONS', 'CNL_RECIPE',
-           'FINETUNED', 'KINDS', 'GRID', 'GRID_SHOTS', 'Capability', 'addition', 'multiplication', 'sentiment', 'code',
-           'fact_paraphrases', 'encode_answers', 'answer_scores', 'neuron_sites', 'neuron_counts', 'NeuronScores',
-           'neuron_attributions', 'Neurons', 'top_sets', 'commonality_neurons', 'Overlap', 'overlap', 'split_halves',
-           'halves_overlap', 'pairwise_overlap', 'amplified', 'random_neurons', 'neuron_parameters', 'finetune_neurons',
-           'neuron_rows', 'with_rows', 'FactFidelity', 'fact_fidelity', 'overlap_table', 'across_table',
-           'plot_neuron_map', 'explore_localization', 'template_pairs', 'capability_data', 'train_neuron_finetune',
-           'load_neuron_finetune', 'load_template_grid']
+__all__ = ['ATTRIBUTIONS', 'POSITIONS', 'Capability', 'encode_answers', 'answer_scores', 'NeuronSites', 'neuron_sites',
+           'NeuronScores', 'neuron_attributions', 'Neurons', 'top_sets', 'commonality_neurons', 'Overlap', 'overlap',
+           'split_halves', 'halves_overlap', 'pairwise_overlap', 'amplified', 'random_neurons', 'neuron_parameters',
+           'finetune_neurons', 'NeuronRows', 'neuron_rows', 'with_rows', 'FactFidelity', 'fact_fidelity',
+           'overlap_table', 'across_table', 'plot_neuron_map', 'explore_localization', 'template_pairs']
+
+# %% ../../nbs/papers/13_cnl.ipynb #c9cd0d9b
+__getattr__ = moved(__name__, **{n: f'interpkit.demos.cnl.{n}' for n in (
+    'WRAPPERS', 'TEMPLATES', 'addition', 'multiplication', 'sentiment', 'code', 'CAPABILITIES', 'FACTS', 'PARAPHRASES', 'fact_paraphrases',
+    'CNL_RECIPE', 'FINETUNED', 'KINDS', 'GRID', 'GRID_SHOTS', 'capability_data', 'train_neuron_finetune', 'load_neuron_finetune', 'load_template_grid')})
 
 # %% ../../nbs/papers/13_cnl.ipynb #dd52d293
 @result
@@ -39,130 +41,10 @@ class Capability:
         idx = [int(i) for i in idx]
         return Capability(self.name, [self.prompts[i] for i in idx], [self.answers[i] for i in idx], [self.questions[i] for i in idx])
 
-def _check_n(n, what='n'):
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"{what}={n!r} is not a positive integer.", "The number of items to make: 1 or more.", f"Use e.g. {what}=40.")
-    return n
-
-WRAPPERS = {'qa': ('Q: {x}\nA:', '\n\n'), 'io': ('Input: {x}\nOutput:', '\n\n'), 'arrow': ('{x} =>', '\n')}  # (query, separator) of the shared templates
-TEMPLATES = ('native',) + tuple(WRAPPERS) # 'native': each capability's own format; the others are the same wrapper around every capability's items
-
-def _wrapped(name:str, draw, n:int, seed:int, shots:int, template:str) -> Capability:
-    "`n` prompts in a shared template: `shots` solved items and a query, each drawn by `draw(rng, label) -> (item, answer)`; labels alternate (half True)."
-    check_choice('template', template, TEMPLATES)
-    if isinstance(shots, bool) or not isinstance(shots, int) or shots < 0: raise ConfigError(f"shots={shots!r}.", "A number of solved examples, 0 or more.", "Use e.g. shots=2.")
-    query, sep = WRAPPERS[template]
-    rng = random.Random(seed)
-    prompts, answers, questions = [], [], []
-    for i in range(_check_n(n)):
-        first = rng.random() < 0.5
-        ex = [draw(rng, (first + j) % 2 == 0) for j in range(shots)]
-        x, y = draw(rng, i % 2 == 0)
-        prompts.append(''.join(f"{query.format(x=a)} {b}{sep}" for a, b in ex) + query.format(x=x))
-        answers.append(' ' + y); questions.append(query.format(x=x))
-    return Capability(name, prompts, answers, questions)
-
-def _arithmetic(op:str, n:int, seed:int, shots:int, template:str='native') -> Capability:
-    fn = {'+': lambda a, b: a + b, '*': lambda a, b: a * b}[op]
-    name = 'addition' if op == '+' else 'multiplication'
-    if template != 'native':
-        def draw(rng, label): a, b = rng.randint(1, 9), rng.randint(1, 9); return f"{a} {op} {b}", str(fn(a, b))
-        return _wrapped(name, draw, n, seed, shots, template)
-    rng = random.Random(seed)
-    def line(a, b): return f"{a} {op} {b} = "
-    prompts, answers, questions = [], [], []
-    for _ in range(_check_n(n)):
-        ex = [(rng.randint(1, 9), rng.randint(1, 9)) for _ in range(shots + 1)]
-        prompts.append(''.join(f"{line(a, b)}{fn(a, b)}\n" for a, b in ex[:-1]) + line(*ex[-1]))
-        answers.append(str(fn(*ex[-1]))); questions.append(line(*ex[-1]))
-    return Capability(name, prompts, answers, questions)
-
-def addition(n:int=40, # Number of problems
-             seed:int=0, # Seed of the operands
-             shots:int=3, # Solved examples before each problem
-             template:str='native' # One of `TEMPLATES`: 'native' is `3 + 4 = 7` lines, the others wrap `3 + 4` and its answer
-            ) -> Capability:
-    "Few-shot one-digit addition, `3 + 4 = 7` lines with digits as tokens (SmolLM2 answers about 80%), or in another template."
-    return _arithmetic('+', n, seed, shots, template)
-
-def multiplication(n:int=40, # Number of problems
-                   seed:int=0, # Seed of the operands
-                   shots:int=3, # Solved examples before each problem
-                   template:str='native' # One of `TEMPLATES`
-                  ) -> Capability:
-    "Few-shot one-digit multiplication, `3 * 4 = 12` lines, or in another template."
-    return _arithmetic('*', n, seed, shots, template)
-
-_GOOD = ['wonderful', 'delightful', 'brilliant', 'excellent', 'charming', 'superb', 'lovely', 'moving', 'fantastic', 'great']
-_BAD = ['terrible', 'awful', 'boring', 'dreadful', 'dull', 'horrible', 'painful', 'bad', 'disappointing', 'tedious']
-_THINGS = ['film', 'movie', 'book', 'novel', 'show', 'play', 'album', 'meal', 'concert', 'game']
-_REVIEWS = ['The {thing} was {adj}.', 'What a {adj} {thing}!', 'I found this {thing} {adj} from start to finish.',
-            'A {adj} {thing}, honestly.', 'Everyone said the {thing} was {adj}, and it was.']
-
-def _review(rng, pos): return rng.choice(_REVIEWS).format(thing=rng.choice(_THINGS), adj=rng.choice(_GOOD if pos else _BAD))
-
-def sentiment(n:int=40, # Number of reviews (half positive)
-              seed:int=0, # Seed of the templates and words
-              shots:int=2, # Labelled reviews before each, alternating in a random order
-              template:str='native' # One of `TEMPLATES`: 'native' is `Review: ...\\nSentiment:`, the others wrap the review
-             ) -> Capability:
-    "Templated one-line reviews, `Review: ...\\nSentiment:` answered ' positive' or ' negative', or in another template."
-    if template != 'native':
-        def draw(rng, pos): return _review(rng, pos), 'positive' if pos else 'negative'
-        return _wrapped('sentiment', draw, n, seed, shots, template)
-    rng = random.Random(seed)
-    def review(pos): return _review(rng, pos)
-    prompts, answers, questions = [], [], []
-    for i in range(_check_n(n)):
-        pos, first = i % 2 == 0, rng.random() < 0.5
-        ex = ''.join(f"Review: {review(p)}\nSentiment: {'positive' if p else 'negative'}\n\n" for p in [(first + j) % 2 == 0 for j in range(shots)])
-        q = f"Review: {review(pos)}\nSentiment:"
-        prompts.append(ex + q); answers.append(' positive' if pos else ' negative'); questions.append(q)
-    order = list(range(n)); rng.shuffle(order)
-    return Capability('sentiment', [prompts[i] for i in order], [answers[i] for i in order], [questions[i] for i in order])
-
-_VARS = [('numbers', 'n'), ('items', 'item'), ('names', 'name'), ('words', 'word'), ('values', 'value'), ('files', 'path'),
-         ('users', 'user'), ('scores', 'score'), ('lines', 'line'), ('rows', 'row'), ('cities', 'city'), ('colors', 'color')]
-_CALLS = ['print', 'process', 'results.append', 'total.add', 'handle', 'log']
-
-def code(n:int=40, # Number of snippets
-         seed:int=0, # Seed of the names
-         shots:int=2, # Solved snippets before each, in the templates other than 'native' (which has none)
-         template:str='native' # One of `TEMPLATES`: 'native' is the bare loop, the others wrap `for item in items: print(`
-        ) -> Capability:
-    "Python loops to complete with the loop variable: `for item in items:\\n    print(` answered 'item', or in another template."
-    if template != 'native':
-        def draw(rng, label): seq, var = rng.choice(_VARS); return f"for {var} in {seq}: {rng.choice(_CALLS)}(", var
-        return _wrapped('code', draw, n, seed, shots, template)
-    rng = random.Random(seed)
-    prompts, answers = [], []
-    for _ in range(_check_n(n)):
-        seq, var = rng.choice(_VARS)
-        prompts.append(f"{seq} = load()\nfor {var} in {seq}:\n    {rng.choice(_CALLS)}(")
-        answers.append(var)
-    return Capability('code', prompts, answers)
-
-CAPABILITIES = {'addition': addition, 'multiplication': multiplication, 'sentiment': sentiment, 'code': code}
-
-# %% ../../nbs/papers/13_cnl.ipynb #8c287562
-FACTS = [('France', 'Paris'), ('Japan', 'Tokyo'), ('Italy', 'Rome'), ('Germany', 'Berlin'), ('Spain', 'Madrid'), ('Russia', 'Moscow'),
-         ('Egypt', 'Cairo'), ('Greece', 'Athens'), ('England', 'London'), ('China', 'Beijing'), ('Austria', 'Vienna'), ('Peru', 'Lima')]
-PARAPHRASES = ['The capital of {country} is', 'The capital city of {country} is', 'The government of {country} sits in the city of',
-               'The capital of {country} is the city of', 'The capital of {country} is called', 'The largest political centre of {country}, its capital, is',
-               'In {country}, the capital city is', 'Q: What is the capital of {country}?\nA: The capital is']
-
-def fact_paraphrases(facts:list|None=None, # (country, capital) pairs; None: `FACTS`
-                     templates:list|None=None # Paraphrase templates with a `{country}` field; None: `PARAPHRASES`
-                    ) -> list[Capability]:
-    "One data set per individual fact: the same fact (a country's capital) asked in every paraphrase."
-    facts, templates = FACTS if facts is None else facts, PARAPHRASES if templates is None else templates
-    if not len(facts) or not len(templates): raise ConfigError(f"{len(facts)} facts and {len(templates)} templates.", "At least one of each.", "Pass non-empty lists.")
-    return [Capability(f"capital of {c}", [t.format(country=c) for t in templates], [' ' + a] * len(templates)) for c, a in facts]
-
 # %% ../../nbs/papers/13_cnl.ipynb #38b5e75e
 def _as_dataset(dataset, what:str) -> Capability:
     "A `Capability` from a `Capability` or a pair (prompts, answers); never empty."
-    if isinstance(dataset, Capability): d = dataset
+    if all(hasattr(dataset, a) for a in ('prompts', 'answers', 'subset')): d = dataset   # a `Capability` (of this module or of a notebook that defines it)
     elif isinstance(dataset, (tuple, list)) and len(dataset) == 2 and all(isinstance(x, (list, tuple)) for x in dataset):
         if len(dataset[0]) != len(dataset[1]): raise ConfigError(f"{what} got {len(dataset[0])} prompts and {len(dataset[1])} answers.", "One answer per prompt.", "Pair them up.")
         d = Capability('dataset', list(dataset[0]), list(dataset[1]))
@@ -206,25 +88,11 @@ def _answer_scores(logits:torch.Tensor, # (batch, pos, vocab)
     n_hit = torch.zeros_like(total).index_add(0, row, hit)
     return total, n_hit == where.sum(1).to(total.dtype)
 
-def _keeps_logits(model) -> bool:
-    "Whether the model's forward can compute logits at chosen positions only (`logits_to_keep`, most `transformers` causal LMs)."
-    try: return 'logits_to_keep' in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError): return False
-
 def _score(model, inputs:dict, labels:torch.Tensor) -> tuple:
-    "One forward pass, scored as `_answer_scores`; the vocabulary projection runs only at the positions that predict an answer token where the model allows it."
-    if not _keeps_logits(model): return _answer_scores(logits_of(model(**inputs)), labels)
+    "One forward pass, scored as `_answer_scores`; the vocabulary projection runs only at the positions that predict an answer token (`logits_at`)."
     lab = labels[:, 1:]
     keep = (lab != -100).any(0).nonzero()[:, 0]
-    return _answer_scores(logits_of(model(**inputs, logits_to_keep=keep)), lab[:, keep], shift=False)
-
-def _lm(model, tokenizer, what:str):
-    "(model, tokenizer): a short name, hub id or path is loaded with `load_lm`; a model object needs its tokenizer."
-    if isinstance(model, (str, os.PathLike)):
-        m, t = load_lm(model)
-        return m, t if tokenizer is None else tokenizer
-    if tokenizer is None: raise ConfigError(f"tokenizer=None with a {type(model).__name__} object.", "The tokenizer the model was trained with.", "Pass tokenizer=..., or give the model by name.")
-    return check_causal_lm(model, what), tokenizer
+    return _answer_scores(logits_at(model, inputs, keep), lab[:, keep], shift=False)
 
 def answer_scores(model, # A causal LM, or its short name, hub id or path
                   tokenizer, # Its tokenizer (None when the model is given by name)
@@ -232,7 +100,7 @@ def answer_scores(model, # A causal LM, or its short name, hub id or path
                   batch_size:int=16 # Prompts per forward pass
                  ) -> pd.DataFrame: # One row per item: logprob (of the whole answer), correct (every answer token is the greedy choice)
     "How well `model` answers `dataset`: the answer's log-probability and exact match under teacher forcing (= greedy decoding reaches the answer)."
-    model, tokenizer = _lm(model, tokenizer, 'answer_scores')
+    model, tokenizer = resolve_lm(model, tokenizer, 'answer_scores')
     d, bs = _as_dataset(dataset, 'answer_scores'), check_batch_size(batch_size)
     lps, oks = [], []
     with evaluating(model), torch.no_grad():
@@ -243,10 +111,17 @@ def answer_scores(model, # A causal LM, or its short name, hub id or path
     return pd.DataFrame({'logprob': torch.cat(lps).numpy(), 'correct': torch.cat(oks).numpy()})
 
 # %% ../../nbs/papers/13_cnl.ipynb #98350008
-def neuron_sites(model, # A `transformers` model of a known layout
-                 layers=None # Layer indices (negative ones count from the end); None: every layer
-                ) -> dict: # {layer (0-based): site}, the site of that layer's MLP neurons
-    "Where each layer's MLP neurons are: the input of the MLP's output projection (Llama's `down_proj:in`, GPT-2's `c_proj:in`)."
+@result
+class NeuronSites:
+    "Where each layer's MLP neurons are, and how many there are."
+    sites:dict # {layer (0-based): site}, the input of that layer's MLP output projection (Llama's `down_proj:in`, GPT-2's `c_proj:in`)
+    counts:dict # {layer: number of MLP neurons}, the input width of that projection
+    @property
+    def layers(self) -> list: return list(self.sites)
+    def __len__(self): return len(self.sites)
+
+def _sites(model, layers=None) -> dict:
+    "{layer: site} of the MLP neurons of `layers` (None: every layer)."
     lay = layout(model)
     if lay is None: resolve(model, resid_post(0))  # raises the SiteError naming the unknown layout
     layers = range(lay.n_layers) if layers is None else list(layers) if isinstance(layers, (list, tuple, range)) else [layers]
@@ -260,11 +135,20 @@ def neuron_sites(model, # A `transformers` model of a known layout
         out[l] = list(mlp_linears(model, l))[-1] + ':in'
     return out
 
-def neuron_counts(model, # A `transformers` model of a known layout
-                  layers=None # Layer indices; None: every layer
-                 ) -> dict: # {layer: number of MLP neurons}
-    "The number of MLP neurons of each layer: the input width of its output projection."
-    return {l: weight_matrix(model.get_submodule(s[:-3])).shape[1] for l, s in neuron_sites(model, layers).items()}
+def _counts(model, sites:dict) -> dict: return {l: weight_matrix(model.get_submodule(s[:-3])).shape[1] for l, s in sites.items()}
+
+def neuron_sites(model, # A `transformers` model of a known layout
+                 layers=None # Layer indices (negative ones count from the end); None: every layer
+                ) -> NeuronSites:
+    "Where each layer's MLP neurons are (the input of the MLP's output projection: Llama's `down_proj:in`, GPT-2's `c_proj:in`) and how many."
+    sites = _sites(model, layers)
+    return NeuronSites(sites, _counts(model, sites))
+
+# %% ../../nbs/papers/13_cnl.ipynb #0647037e
+def neuron_counts(model, layers=None) -> dict:
+    "Deprecated: `neuron_sites(model, layers).counts`."
+    warnings.warn("interpkit.papers.cnl.neuron_counts(model, layers) is now neuron_sites(model, layers).counts; the old name goes in the next release.", FutureWarning, stacklevel=2)
+    return neuron_sites(model, layers).counts
 
 # %% ../../nbs/papers/13_cnl.ipynb #db038cf5
 ATTRIBUTIONS = ('grad_x_act', 'ig')
@@ -291,6 +175,7 @@ def _where(batch:dict, positions:str, shape) -> torch.Tensor:
     w[torch.arange(shape[0]), batch['last']] = 1
     return w
 
+# %% ../../nbs/papers/13_cnl.ipynb #141bf752
 def _grad_x_act(model, batch, sites, positions):
     ks = list(sites)
     with capture_grads(model, list(sites.values())) as cache:
@@ -327,7 +212,8 @@ def _ig(model, batch, sites, positions, steps):
         res.append((attr.float() * w[..., None].float()).sum(1).cpu())
     return torch.stack(res, 1), lp
 
-
+# %% ../../nbs/papers/13_cnl.ipynb #3df07a7d
+@renamed(steps='n_steps')
 def neuron_attributions(model, # A causal LM, or its short name, hub id or path
                         tokenizer, # Its tokenizer (None when the model is given by name)
                         dataset, # A `Capability` or (prompts, answers)
@@ -335,20 +221,19 @@ def neuron_attributions(model, # A causal LM, or its short name, hub id or path
                         method:str='grad_x_act', # 'grad_x_act': activation × gradient; 'ig': integrated gradients from zero (Captum), layer by layer
                         positions:str='all', # 'all': summed over every position; 'last': the prompt's last position only (knowledge-neuron style)
                         batch_size:int=8, # Prompts per forward pass
-                        steps:int=16 # Integration steps of 'ig'
+                        n_steps:int=16 # Integration steps of 'ig'
                        ) -> NeuronScores:
     "Each MLP neuron's attribution to the log-probability of each sample's answer."
     check_choice('method', method, ATTRIBUTIONS); check_choice('positions', positions, POSITIONS)
-    model, tokenizer = _lm(model, tokenizer, 'neuron_attributions')
+    model, tokenizer = resolve_lm(model, tokenizer, 'neuron_attributions')
     d, bs = _as_dataset(dataset, 'neuron_attributions'), check_batch_size(batch_size)
-    if method == 'ig' and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 2):
-        raise ConfigError(f"steps={steps!r}.", "An integer of at least 2 integration steps.", "Use e.g. steps=16.")
-    sites = neuron_sites(model, layers)
+    if method == 'ig': check_int('n_steps', n_steps, least=2, todo="Use e.g. n_steps=16.")
+    sites = _sites(model, layers)
     scores, lps = [], []
     with evaluating(model):
         for chunk in iter_batches(list(range(len(d))), bs):
             b = encode_answers(tokenizer, d.subset(chunk))
-            s, lp = _grad_x_act(model, b, sites, positions) if method == 'grad_x_act' else _ig(model, b, sites, positions, steps)
+            s, lp = _grad_x_act(model, b, sites, positions) if method == 'grad_x_act' else _ig(model, b, sites, positions, n_steps)
             scores.append(s); lps.append(lp)
     out = NeuronScores(torch.cat(scores), list(sites), torch.cat(lps), method, positions)
     if not torch.isfinite(out.scores).all(): raise NotFiniteError("Some attributions are not finite.", "Finite activations and gradients.", "Check the model's dtype (try float32) and the data.")
@@ -368,33 +253,35 @@ class Neurons:
     def share(self) -> float: return len(self) / self.mask.numel()
 
 def _scores(scores) -> torch.Tensor:
-    s = scores.scores if isinstance(scores, NeuronScores) else scores
+    s = getattr(scores, 'scores', scores)   # `NeuronScores` or a tensor
     if not torch.is_tensor(s) or s.dim() != 3: raise ShapeError(f"scores of shape {tuple(getattr(s, 'shape', ()))}.", "(samples, layers, neurons), as `neuron_attributions` gives.", "Pass its result.")
     if s.shape[0] == 0: raise ConfigError("scores hold no sample.", "At least one sample.", "Attribute a non-empty data set.")
     return s
 
+@renamed(k='top_k')
 def top_sets(scores, # `NeuronScores` or a (samples, layers, neurons) tensor
-             k:int # Neurons per sample: the k highest attributions over all layers
+             top_k:int # Neurons per sample: the top_k highest attributions over all layers
             ) -> torch.Tensor: # (samples, layers, neurons) bool
-    "Each sample's top set: its `k` neurons of highest attribution over all layers together, leaving out any whose attribution is not positive (they do not support the answer)."
+    "Each sample's top set: its `top_k` neurons of highest attribution over all layers together, leaving out any whose attribution is not positive (they do not support the answer)."
     s = _scores(scores)
     n = s.shape[1] * s.shape[2]
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n: raise ConfigError(f"k={k!r}.", f"An integer in 1..{n}, the number of neurons.", "Use e.g. k=100.")
+    check_int('top_k', top_k, most=n, todo=f"At most the {n} neurons; use e.g. top_k=100.")
     flat = s.reshape(s.shape[0], -1)
     out = torch.zeros_like(flat, dtype=torch.bool)
-    out.scatter_(1, flat.topk(k, dim=1).indices, True)
+    out.scatter_(1, flat.topk(top_k, dim=1).indices, True)
     return (out & (flat > 0)).reshape(s.shape)
 
+@renamed(k='top_k')
 def commonality_neurons(scores, # `NeuronScores` or a (samples, layers, neurons) tensor
-                        k:int, # Size of each sample's top set
+                        top_k:int, # Size of each sample's top set
                         f:float # Least fraction of samples whose top set must hold a neuron, in (0, 1]
                        ) -> Neurons:
-    "The commonality neurons of a data set: those in the top-`k` set of at least a fraction `f` of its samples."
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1: raise ConfigError(f"f={f!r}.", "A fraction in (0, 1].", "Use e.g. f=0.5.")
-    tops = top_sets(scores, k)
+    "The commonality neurons of a data set: those in the top-`top_k` set of at least a fraction `f` of its samples."
+    check_fraction('f', f, zero=False, todo="Use e.g. f=0.5.")
+    tops = top_sets(scores, top_k)
     count = tops.sum(0)
     n = tops.shape[0]
-    layers = scores.layers if isinstance(scores, NeuronScores) else list(range(tops.shape[1]))
+    layers = list(getattr(scores, 'layers', range(tops.shape[1])))
     return Neurons(count >= math.ceil(f * n - 1e-9), layers, count.float() / n)
 
 # %% ../../nbs/papers/13_cnl.ipynb #1d402de3
@@ -410,7 +297,7 @@ class Overlap:
     chance_iou:float # E|A ∩ B| / (|A| + |B| - E|A ∩ B|)
 
 def _mask(x) -> torch.Tensor:
-    m = x.mask if isinstance(x, Neurons) else x
+    m = getattr(x, 'mask', x)   # `Neurons` or a mask
     if not torch.is_tensor(m) or m.dtype != torch.bool: raise ConfigError(f"A neuron set of type {type(m).__name__}{'' if not torch.is_tensor(m) else ' ' + str(m.dtype)}.", "`Neurons` or a bool mask.", "Pass `commonality_neurons(...)` or a bool tensor.")
     return m
 
@@ -421,33 +308,36 @@ def overlap(a, # `Neurons` or a bool mask: set A
     ma, mb = _mask(a), _mask(b)
     if ma.shape != mb.shape: raise ShapeError(f"Neuron sets of shapes {tuple(ma.shape)} and {tuple(mb.shape)}.", "Masks over the same layers and neurons.", "Localise both on the same model and layers.")
     na, nb, common, N = int(ma.sum()), int(mb.sum()), int((ma & mb).sum()), ma.numel()
-    if na == 0 or nb == 0: raise ConfigError(f"Set {'A' if na == 0 else 'B'} is empty.", "Two non-empty neuron sets.", "Lower f or raise k so that some neurons pass.")
+    if na == 0 or nb == 0: raise ConfigError(f"Set {'A' if na == 0 else 'B'} is empty.", "Two non-empty neuron sets.", "Lower f or raise top_k so that some neurons pass.")
     expect = na * nb / N
     return Overlap(common / na, common / (na + nb - common), na, nb, common, nb / N, expect / (na + nb - expect))
 
+# %% ../../nbs/papers/13_cnl.ipynb #a84e4dec
 def split_halves(n:int, # Number of samples
                  seed:int=0 # Seed of the shuffle
                 ) -> tuple: # (indices of half A, indices of half B), disjoint, sizes n // 2 and n - n // 2
     "Two disjoint random halves of `n` samples."
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2: raise ConfigError(f"n={n!r}.", "At least 2 samples to split.", "Use a larger data set.")
+    check_int('n', n, least=2, todo="At least 2 samples to split: use a larger data set.")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
     return sorted(perm[:n // 2]), sorted(perm[n // 2:])
 
+@renamed(k='top_k')
 def halves_overlap(scores, # `NeuronScores` of one data set
-                   k:int, # Size of each sample's top set
+                   top_k:int, # Size of each sample's top set
                    f:float, # Least fraction of samples, in (0, 1]
                    seed:int=0 # Seed of the split
                   ) -> Overlap:
     "Overlap of the commonality neurons found on two disjoint random halves of a data set."
     s = _scores(scores)
     a, b = split_halves(s.shape[0], seed)
-    return overlap(commonality_neurons(s[a], k, f), commonality_neurons(s[b], k, f))
+    return overlap(commonality_neurons(s[a], top_k, f), commonality_neurons(s[b], top_k, f))
 
+@renamed(k='top_k')
 def pairwise_overlap(scores, # `NeuronScores` or a (samples, layers, neurons) tensor
-                     k:int # Size of each sample's top set
+                     top_k:int # Size of each sample's top set
                     ) -> float:
-    "The mean overlap rate |A ∩ B| / |A| of the top-`k` sets of every two distinct samples."
-    t = _sized(top_sets(scores, k).reshape(len(_scores(scores)), -1).float())
+    "The mean overlap rate |A ∩ B| / |A| of the top-`top_k` sets of every two distinct samples."
+    t = _sized(top_sets(scores, top_k).reshape(len(_scores(scores)), -1).float())
     n = t.shape[0]
     if n < 2: raise ConfigError(f"{n} sample.", "At least two samples to compare.", "Attribute more samples.")
     rate = (t @ t.T) / t.sum(1, keepdim=True)
@@ -460,9 +350,9 @@ def _sized(t:torch.Tensor) -> torch.Tensor:
 
 # %% ../../nbs/papers/13_cnl.ipynb #e20ee2b5
 def _neuron_set(model, neurons):
-    if not isinstance(neurons, Neurons): raise ConfigError(f"neurons={type(neurons).__name__}.", "A `Neurons` set (from `commonality_neurons` or `random_neurons`).", "Localise the neurons first.")
-    sites = neuron_sites(model, neurons.layers)
-    counts = neuron_counts(model, neurons.layers)
+    if not (hasattr(neurons, 'mask') and hasattr(neurons, 'layers')): raise ConfigError(f"neurons={type(neurons).__name__}.", "A `Neurons` set (from `commonality_neurons` or `random_neurons`).", "Localise the neurons first.")
+    sites = _sites(model, neurons.layers)
+    counts = _counts(model, sites)
     if neurons.mask.shape != (len(sites), max(counts.values())) or len(set(counts.values())) != 1:
         raise ShapeError(f"A neuron mask of shape {tuple(neurons.mask.shape)}.", f"({len(sites)}, {max(counts.values())}): the layers {neurons.layers} × their MLP neurons.", "Localise the neurons on this model.")
     return sites
@@ -492,14 +382,14 @@ def random_neurons(neurons:Neurons, # A neuron set whose size (per layer) is mat
     else:
         free = (~m.flatten()).nonzero()[:, 0]
         out.view(-1)[free[torch.randperm(len(free), generator=g)[:int(m.sum())]]] = True
-    return Neurons(out, list(neurons.layers) if isinstance(neurons, Neurons) else list(range(m.shape[0])))
+    return Neurons(out, list(getattr(neurons, 'layers', range(m.shape[0]))))
 
 # %% ../../nbs/papers/13_cnl.ipynb #5733abf6
 def neuron_parameters(model, # A `transformers` model of a known layout
                       layer:int # A layer index (negative ones count from the end)
                      ) -> list: # [(parameter, dim, blocks)]: neuron j of the layer sits at j, d + j, ... (`blocks` places, d neurons) along `dim`
     "The parameters that belong to a layer's MLP neurons: rows of the layers that write them (gate and up, Phi-3's fused `gate_up_proj`, GPT-2's `c_fc` and its bias) and columns of the one that reads them (down, `c_proj`)."
-    layer, site = next(iter(neuron_sites(model, layer).items()))
+    layer, site = next(iter(_sites(model, layer).items()))
     down = site[:-3]
     d = weight_matrix(model.get_submodule(down)).shape[1]
     out = []
@@ -522,6 +412,7 @@ def _grad_mask(p, dim, row, blocks):
     shape = [1] * p.dim(); shape[dim] = -1
     return row.repeat(blocks).to(p.device, p.dtype).reshape(shape)
 
+# %% ../../nbs/papers/13_cnl.ipynb #0046ddcb
 def finetune_neurons(model, # A causal LM (it is copied; the copy is tuned)
                      tokenizer, # Its tokenizer
                      dataset, # Training data: a `Capability` or (prompts, answers)
@@ -532,7 +423,7 @@ def finetune_neurons(model, # A causal LM (it is copied; the copy is tuned)
                      seed:int=0 # Seed of the batches
                     ) -> tuple: # (tuned copy, `FitResult`)
     "Fine-tune a copy of `model` on `dataset` (the answers' negative log-likelihood), changing only the parameters of `neurons` (gradient masks)."
-    model, tokenizer = _lm(model, tokenizer, 'finetune_neurons')
+    model, tokenizer = resolve_lm(model, tokenizer, 'finetune_neurons')
     d, bs = _as_dataset(dataset, 'finetune_neurons'), check_batch_size(batch_size)
     tuned = copy.deepcopy(model)
     sites = _neuron_set(tuned, neurons)
@@ -558,10 +449,16 @@ def finetune_neurons(model, # A causal LM (it is copied; the copy is tuned)
     return tuned.eval(), res
 
 # %% ../../nbs/papers/13_cnl.ipynb #be4dc975
+@result
+class NeuronRows:
+    "The parameters of some MLP neurons only, as flat tensors to ship (`save_asset`) and put back (`with_rows`)."
+    tensors:dict # {'<parameter path>|<dim>': values along the neuron dim for the neurons}, plus 'index.<layer>': the neurons of each layer
+    def __len__(self): return len(self.tensors)
+
 def neuron_rows(model, # A model whose neurons' parameters were tuned (e.g. by `finetune_neurons`)
                 neurons:Neurons # The neurons whose parameters are read
-               ) -> dict: # {'<parameter path>|<dim>': (values along the neuron dim, stacked for the masked neurons)}, plus 'index.<layer>'
-    "The parameters of `neurons` only, as a flat dict of tensors (what `finetune_neurons` changed; small enough to ship)."
+               ) -> NeuronRows:
+    "The parameters of `neurons` only (what `finetune_neurons` changed; small enough to ship)."
     sites = _neuron_set(model, neurons)
     names = {id(p): n for n, p in model.named_parameters()}
     out = {}
@@ -572,17 +469,18 @@ def neuron_rows(model, # A model whose neurons' parameters were tuned (e.g. by `
         d = neurons.mask.shape[1]
         for p, dim, blocks in neuron_parameters(model, l):
             out[f'{names[id(p)]}|{dim}'] = p.detach().index_select(dim, _places(idx, d, blocks).to(p.device)).cpu().clone()
-    return out
+    return NeuronRows(out)
 
 def with_rows(model, # A model of the architecture `rows` came from
-              rows:dict # What `neuron_rows` returned
+              rows # What `neuron_rows` returned: `NeuronRows`, or its `tensors` (e.g. read back from an asset)
              ):
     "A copy of `model` whose neurons' parameters are set from `rows`; `model` is left as it was."
+    rows = getattr(rows, 'tensors', rows)
     out = copy.deepcopy(model)
     params = dict(out.named_parameters())
     index = {int(k.split('.', 1)[1]): v for k, v in rows.items() if k.startswith('index.')}
-    sites = neuron_sites(out, sorted(index))
-    counts = neuron_counts(out, sorted(index))
+    sites = _sites(out, sorted(index))
+    counts = _counts(out, sites)
     with torch.no_grad():
         for l in sites:
             for p, dim, blocks in neuron_parameters(out, l):
@@ -605,14 +503,15 @@ class FactFidelity:
     facts:int # Number of facts
     phrasings:int # Paraphrases per fact
 
+@renamed(k='top_k')
 def fact_fidelity(facts:list, # One `NeuronScores` per fact, its samples the same paraphrase templates in the same order
-                  k:int # Size of each prompt's top set
+                  top_k:int # Size of each prompt's top set
                  ) -> FactFidelity:
     "Whether the neurons located for one prompt of a fact belong to the fact: compare paraphrases of it with other facts asked the same way."
     if len(facts) < 2: raise ConfigError(f"{len(facts)} fact.", "At least two facts, asked in the same paraphrases.", "Pass more facts.")
     n = {len(_scores(s)) for s in facts}
     if len(n) != 1 or n == {1}: raise ShapeError(f"Facts with {sorted(n)} paraphrases.", "The same number (2 or more) for every fact, in the same order.", "Ask every fact in the same templates.")
-    T = _sized(torch.stack([top_sets(s, k).flatten(1) for s in facts]).float())  # (facts, phrasings, neurons)
+    T = _sized(torch.stack([top_sets(s, top_k).flatten(1) for s in facts]).float())  # (facts, phrasings, neurons)
     F_, P = T.shape[:2]
     inter = torch.einsum('api,bqi->abpq', T, T) / T.sum(-1)[:, None, :, None]  # |A ∩ B| / |A|, A the (fact a, phrasing p) set
     eye_f, eye_p = torch.eye(F_, dtype=torch.bool), torch.eye(P, dtype=torch.bool)
@@ -621,26 +520,28 @@ def fact_fidelity(facts:list, # One `NeuronScores` per fact, its samples the sam
     return FactFidelity(float(same_f), float(other[:, eye_p].mean()), float(other[:, ~eye_p].mean()), F_, P)
 
 # %% ../../nbs/papers/13_cnl.ipynb #e12682e8
+@renamed(k='top_k')
 def overlap_table(scores:dict, # {data set name: `NeuronScores`}
-                  k:int, # Size of each sample's top set
+                  top_k:int, # Size of each sample's top set
                   f:float, # Least fraction of samples, in (0, 1]
                   seed:int=0 # Seed of the halves
                  ) -> pd.DataFrame: # One row per data set: neurons, share, halves' rate and IoU, their chance levels
     "How well each data set's commonality neurons replicate on two disjoint halves of it, against chance."
     rows = []
     for name, s in scores.items():
-        c, o = commonality_neurons(s, k, f), halves_overlap(s, k, f, seed)
+        c, o = commonality_neurons(s, top_k, f), halves_overlap(s, top_k, f, seed)
         rows.append(dict(dataset=name, neurons=len(c), share=c.share, rate=o.rate, iou=o.iou, chance_rate=o.chance_rate, chance_iou=o.chance_iou))
     return pd.DataFrame(rows).set_index('dataset')
 
+@renamed(k='top_k')
 def across_table(scores:dict, # {data set name: `NeuronScores`}
-                 k:int, # Size of each sample's top set
+                 top_k:int, # Size of each sample's top set
                  f:float, # Least fraction of samples, in (0, 1]
                  measure:str='iou' # 'iou' or 'rate' (row's set found in the column's)
                 ) -> pd.DataFrame: # Data sets × data sets; the diagonal is 1
     "Overlap between the commonality neurons of every two data sets (located on all their samples)."
     check_choice('measure', measure, ('iou', 'rate'))
-    sets = {n: commonality_neurons(s, k, f) for n, s in scores.items()}
+    sets = {n: commonality_neurons(s, top_k, f) for n, s in scores.items()}
     return pd.DataFrame({b: {a: getattr(overlap(sets[a], sets[b]), measure) for a in sets} for b in sets})[list(sets)]
 
 def plot_neuron_map(neurons:dict, # {data set name: `Neurons`}
@@ -652,32 +553,34 @@ def plot_neuron_map(neurons:dict, # {data set name: `Neurons`}
     ax.set_xlabel('layer'); ax.set_ylabel('commonality neurons'); ax.legend(fontsize=8); ax.grid(alpha=.3)
     return ax.figure
 
+@renamed(k='top_k')
 def explore_localization(scores:dict, # {data set name: `NeuronScores`}
                          capability:str, # The data set whose neurons are drawn
                          f:float=0.3, # Least fraction of samples
-                         k:int=100 # Size of each sample's top set
+                         top_k:int=100 # Size of each sample's top set
                         ) -> tuple: # (figure, DataFrame of that data set's overlaps with every data set)
     "The widget's view: the neuron map per layer of one data set, its halves overlap and its overlap with the others."
     check_choice('capability', capability, tuple(scores))
-    mine = commonality_neurons(scores[capability], k, f)
+    mine = commonality_neurons(scores[capability], top_k, f)
     fig = plot_neuron_map({capability: mine})
     plt.close(fig)
-    rows = {capability + ' (halves)': halves_overlap(scores[capability], k, f)}
+    rows = {capability + ' (halves)': halves_overlap(scores[capability], top_k, f)}
     for n, s in scores.items():
-        if n != capability: rows[n] = overlap(mine, commonality_neurons(s, k, f))
+        if n != capability: rows[n] = overlap(mine, commonality_neurons(s, top_k, f))
     return fig, pd.DataFrame({n: dict(rate=o.rate, iou=o.iou, chance_rate=o.chance_rate) for n, o in rows.items()}).T
 
 # %% ../../nbs/papers/13_cnl.ipynb #c3c6a570
+@renamed(k='top_k')
 def template_pairs(scores:dict, # {(capability, template): `NeuronScores`}, a grid of data sets
-                   k:int, # Size of each sample's top set
+                   top_k:int, # Size of each sample's top set
                    f:float, # Least fraction of samples, in (0, 1]
-                   shared=tuple(WRAPPERS) # Templates that are the same text around every capability ('native' is each capability's own format)
+                   shared=('qa', 'io', 'arrow') # Templates that are the same text around every capability (the demo's `WRAPPERS`; 'native' is each capability's own format)
                   ) -> pd.DataFrame: # One row per unordered pair of data sets: a, b (their keys), kind, rate (mean of both directions), iou
     "Overlap of the commonality neurons of every two data sets of a capability × template grid, with the kind of pair: 'same capability' (other template), 'same template' (a shared one, other capability) or 'neither'."
     keys = list(scores)
     if len(keys) < 2 or not all(isinstance(key, tuple) and len(key) == 2 for key in keys):
         raise ConfigError(f"scores keyed by {keys[:3]}{'...' if len(keys) > 3 else ''}.", "At least two (capability, template) keys.", "Key each data set's `NeuronScores` by (capability, template).")
-    sets = {key: commonality_neurons(s, k, f) for key, s in scores.items()}
+    sets = {key: commonality_neurons(s, top_k, f) for key, s in scores.items()}
     rows = []
     for i, a in enumerate(keys):
         for b in keys[i + 1:]:
@@ -685,64 +588,3 @@ def template_pairs(scores:dict, # {(capability, template): `NeuronScores`}, a gr
             ab, ba = overlap(sets[a], sets[b]), overlap(sets[b], sets[a])
             rows.append(dict(a=a, b=b, kind=kind, rate=(ab.rate + ba.rate) / 2, iou=ab.iou))
     return pd.DataFrame(rows)
-
-
-# %% ../../nbs/papers/13_cnl.ipynb #54c577fe
-CNL_RECIPE = dict(n=40, k=100, f=0.3, train_seed=0, test_seed=1, steps=20, lr=1e-3, batch_size=8, controls=(0, 1, 2), factor=1.5)
-FINETUNED = 'cnl_smollm2_neurons'
-KINDS = ('commonality', 'random')
-GRID = 'cnl_smollm2_templates' # Asset of the capability × template grid (tools/make_cnl_assets.py --stage grid)
-GRID_SHOTS = 2 # Solved items before each query in the shared templates, for every capability
-
-def capability_data(name:str, # A key of `CAPABILITIES`
-                    split:str='train', # 'train' (where neurons are located and tuned) or 'test' (held out)
-                    template:str='native' # One of `TEMPLATES`; the shared ones put `GRID_SHOTS` solved items before each query
-                   ) -> Capability:
-    "The demo's data set of a capability in a template, by the seeds of `CNL_RECIPE` (plus 1000 × the template's index: each template has its own items); no test question is a training question."
-    check_choice('name', name, tuple(CAPABILITIES)); check_choice('split', split, ('train', 'test')); check_choice('template', template, TEMPLATES)
-    r = CNL_RECIPE
-    kw = {} if template == 'native' else dict(shots=GRID_SHOTS, template=template)
-    offset = 1000 * TEMPLATES.index(template)   # each template draws its own items
-    if split == 'train': return CAPABILITIES[name](r['n'], seed=r['train_seed'] + offset, **kw)
-    seen = set(capability_data(name, template=template).questions)
-    pool = CAPABILITIES[name](8 * r['n'], seed=r['test_seed'] + offset, **kw)
-    keep = [i for i, q in enumerate(pool.questions) if q not in seen][:r['n']]
-    return pool.subset(keep)
-
-def train_neuron_finetune(capability:str, # A key of `CAPABILITIES`
-                          neurons:Neurons, # The neurons to tune (commonality or random)
-                          model=None, # A causal LM; None: SmolLM2-135M-Instruct
-                          tokenizer=None, # Its tokenizer (None with model=None)
-                          steps:int|None=None # Optimizer steps; None: `CNL_RECIPE['steps']`
-                         ) -> tuple: # (tuned copy, None, `FitResult`)
-    "Fine-tune only `neurons` on a capability's training data with the demo's recipe."
-    model, tokenizer = load_lm() if model is None else _lm(model, tokenizer, 'train_neuron_finetune')
-    r = CNL_RECIPE
-    tuned, res = finetune_neurons(model, tokenizer, capability_data(capability), neurons, r['steps'] if steps is None else steps, r['lr'], r['batch_size'])
-    return tuned, None, res
-
-def load_neuron_finetune(capability:str, # A key of `CAPABILITIES` (the asset holds all of them)
-                         kind:str='commonality', # One of `KINDS`: the commonality neurons, or random ones (control seed 0)
-                         model=None # SmolLM2-135M-Instruct as `load_lm` gives it; None: loaded
-                        ) -> tuple: # (tuned copy, None, meta: the `Neurons` tuned, the recipe, training curves)
-    "SmolLM2 with the neurons tuned by `tools/make_cnl_assets.py` (see `train_neuron_finetune`); the model given is left as it was."
-    check_choice('capability', capability, tuple(CAPABILITIES)); check_choice('kind', kind, KINDS)
-    tensors, meta = load_asset(FINETUNED)
-    pre = f'{capability}/{kind}/'
-    rows = {k[len(pre):]: v for k, v in tensors.items() if k.startswith(pre)}
-    mask = tensors[f'{pre[:-1]}.mask']
-    model = load_lm()[0] if model is None else model
-    return with_rows(model, rows), None, dict(neurons=Neurons(mask.bool(), list(range(mask.shape[0]))), recipe=meta['recipe'], training=meta['training'][capability][kind])
-
-def load_template_grid(name:str=GRID # Asset written by `tools/make_cnl_assets.py --stage grid`
-                      ) -> tuple: # ({(capability, template): `NeuronScores`}, meta)
-    "The attributions of SmolLM2 on every capability in every template: each sample's top `meta['K']` neurons keep their scores, every other neuron 0 (so top sets of k ≤ K are exact)."
-    tensors, meta = load_asset(name)
-    L, d = meta['shape']
-    out = {}
-    for cap in meta['capabilities']:
-        for t in meta['templates']:
-            idx, val = tensors[f'{cap}/{t}/top'].long(), tensors[f'{cap}/{t}/value'].float()
-            s = torch.zeros(len(idx), L * d).scatter_(1, idx, val).reshape(-1, L, d)
-            out[(cap, t)] = NeuronScores(s, list(range(L)), tensors[f'{cap}/{t}/logprob'].float(), meta['method'], meta['positions'])
-    return out, meta

@@ -7,37 +7,22 @@ from __future__ import annotations
 import copy, math
 from collections.abc import Callable
 import torch
-import torch.nn.functional as F
 from scipy.stats import rankdata
 from torch import nn
-from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_finite, require_extra
+from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_finite, check_int, moved, renamed, require_extra
 require_extra('influence', 'curvlinops', 'diffusers', what='interpkit.papers.diffusion_influence')   # `pip install "interpkit[influence]"`
-from ..diffusion import digit_images, digit_unet
-from ..hooks import capture, capture_grads
+from ..diffusion import PREDICTION_TYPES, denoiser_forward
+from ..grads import Task, grad_modules, per_example_grads, project_flat
 from ..models import check_batch_size, evaluating, model_device, model_dtype, to_model
 from ..results import result
 
 # %% auto #0
-__all__ = ['DDPM_UNET', 'DDPM_SCHEDULER', 'DIGIT_CLASSES', 'PREDICTION_TYPES', 'MEASUREMENTS', 'CURVATURES', 'FISHER_TYPES',
-           'DEMO_ASSET', 'tiny_ddpm', 'denoiser_forward', 'noised', 'train_ddpm', 'draws', 'elbo_weights', 'measure',
-           'influence_modules', 'influence_params', 'measurement_grads', 'ggn_curvature', 'precondition',
-           'influence_scores', 'mean_eigenvalue', 'project', 'trak_scores', 'spearman', 'LDS', 'lds', 'retrain_ceiling',
-           'top_influences', 'demo_images', 'load_influence_demo', 'retraining_results']
+__all__ = ['DDPM_SCHEDULER', 'MEASUREMENTS', 'CURVATURES', 'FISHER_TYPES', 'noised', 'draws', 'elbo_weights', 'measure',
+           'influence_params', 'measurement_grads', 'ggn_curvature', 'precondition', 'influence_scores',
+           'mean_eigenvalue', 'trak_scores', 'spearman', 'LDS', 'lds', 'retrain_ceiling', 'top_influences']
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #2ca529c2
-DDPM_UNET = dict(block_out_channels=(8, 16), norm_num_groups=4, num_class_embeds=None)   # overrides of the core's digit UNet: an unconditional 41.6k-parameter UNet2DModel
 DDPM_SCHEDULER = dict(num_train_timesteps=1000, beta_schedule='linear', beta_start=1e-4, beta_end=0.02, clip_sample=False, prediction_type='epsilon')   # the paper's DDPM schedule
-DIGIT_CLASSES = (0, 1)   # the two digit classes of the demo
-
-def tiny_ddpm(seed:int=0 # Seed of the initial weights
-             ) -> nn.Module:
-    "A fresh unconditional `UNet2DModel` for 8×8 digits: the core's digit UNet with `DDPM_UNET`'s channels."
-    return digit_unet(seed, **DDPM_UNET)
-
-def denoiser_forward(model, x, t, cond=None):
-    "Call a denoiser: `model(x, t)`, with `class_labels=cond` for integer conditions (UNet2DModel) or `encoder_hidden_states=cond` for float ones (UNet2DConditionModel); its prediction (`.sample`)."
-    out = model(x, t) if cond is None else model(x, t, class_labels=cond) if not cond.is_floating_point() else model(x, t, encoder_hidden_states=cond)
-    return out if torch.is_tensor(out) else out.sample if hasattr(out, 'sample') else out[0]
 
 def _call(forward, model, xt, t, cond):
     "The prediction for rows x_t at timesteps t, with their conditions if there are any."
@@ -48,6 +33,12 @@ def _check_cond(cond, n):
     if cond is not None and not (torch.is_tensor(cond) and cond.dim() >= 1 and len(cond) == n):
         raise ShapeError(f"cond is {type(cond).__name__} {tuple(getattr(cond, 'shape', ()))} for {n} images.", "cond must be None or a tensor with one row per image: class labels (N,) or embeddings (N, ...).", "Pass one condition per image.")
     return cond
+
+# %% ../../nbs/papers/14_diffusion_influence.ipynb #f63c592d
+_DEMO = 'interpkit.demos.diffusion_influence.'
+__getattr__ = moved(__name__, DDPM_UNET=_DEMO + 'DDPM_UNET', DIGIT_CLASSES=_DEMO + 'DIGIT_CLASSES', tiny_ddpm=_DEMO + 'tiny_ddpm', train_ddpm=_DEMO + 'train_influence_demo',
+                    DEMO_ASSET=_DEMO + 'DEMO_ASSET', demo_images=_DEMO + 'demo_images', load_influence_demo=_DEMO + 'load_influence_demo',
+                    retraining_results=_DEMO + 'retraining_results', influence_modules='interpkit.grads.grad_modules', project='interpkit.grads.project_flat')
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #62034f04
 def _schedule(scheduler) -> dict:
@@ -64,7 +55,6 @@ def _schedule(scheduler) -> dict:
     beta = beta.double().cpu() if torch.is_tensor(beta) and beta.shape == ab.shape else 1 - torch.cat([ab[:1], ab[1:] / ab[:-1]])   # else recovered from ᾱ
     return dict(alpha_bar=ab, alpha=1 - beta, beta=beta, kind=kind, T=len(ab))
 
-PREDICTION_TYPES = ('epsilon', 'sample', 'v_prediction')
 
 def _check_images(name, x):
     if not torch.is_tensor(x) or x.dim() < 2 or len(x) == 0 or not x.is_floating_point():
@@ -80,50 +70,6 @@ def noised(scheduler, x:torch.Tensor, t:torch.Tensor, eps:torch.Tensor) -> torch
     dt = torch.promote_types(x.dtype, torch.float32)
     return (ab.sqrt() * x + (1 - ab).sqrt() * eps).to(dt)
 
-# %% ../../nbs/papers/14_diffusion_influence.ipynb #1c42fd77
-def train_ddpm(images:torch.Tensor, # All training images (N, C, H, W)
-               keep:torch.Tensor|None=None, # Boolean (N,): train on these rows only; None: all
-               steps:int=600, # Optimizer steps
-               batch_size:int|None=None, # Kept images per step; None: all of them (full batch, the demo's)
-               lr:float=3e-3, # Peak learning rate (AdamW, warmup 10%, cosine schedule, gradient clipping 1.0)
-               seed:int=0, # Seed of the initial weights (for `model=None`), the (t, ε) draws and the batches
-               progress:bool=True, # Show a progress bar
-               model:nn.Module|None=None, # A denoiser to train in place; None: a fresh `tiny_ddpm(seed)`
-               scheduler=None, # A `diffusers` scheduler giving the noise schedule; None: `DDPMScheduler(**DDPM_SCHEDULER)`
-               forward:Callable=denoiser_forward, # forward(model, x_t, t[, cond]) -> prediction
-               cond:torch.Tensor|None=None # One condition per image (class labels or embeddings); None: an unconditional model
-              ) -> tuple: # (model in eval mode, None, FitResult)
-    "Train a denoiser with the DDPM loss on a subset of `images`; each step draws (t, ε) for all N images and keeps the subset's rows, so subsets trained with one seed see the same noise."
-    from diffusers import DDPMScheduler
-    from interpkit.train import fit
-    model = tiny_ddpm(seed) if model is None else model
-    scheduler = DDPMScheduler(**DDPM_SCHEDULER) if scheduler is None else scheduler
-    s = _schedule(scheduler)
-    n = len(_check_images('images', images))
-    keep = torch.ones(n, dtype=torch.bool) if keep is None else _check_keep(keep, n)
-    if batch_size is not None: check_batch_size(batch_size)
-    rows = keep.nonzero().squeeze(1)
-    x, c = images[rows], None if _check_cond(cond, n) is None else cond[rows]
-    def batch(step, gen):
-        t = torch.randint(s['T'], (n,), generator=gen)
-        eps = torch.randn(images.shape, generator=gen)
-        pick = slice(None) if batch_size is None else torch.randint(len(rows), (batch_size,), generator=gen)   # drawn after the noise: the draws stay common
-        return t[rows][pick], eps[rows][pick], pick
-    def loss(m, b):
-        t, eps, pick = b
-        dev = model_device(m)
-        xb = x[pick]
-        xt = noised(scheduler, xb, t, eps)
-        pred = _call(forward, m, xt.to(dev, model_dtype(m)), t.to(dev), None if c is None else c[pick]).float()
-        return F.mse_loss(pred, _target(s, xb, eps, t).to(pred.device))
-    res = fit(model, batch, loss, steps=steps, lr=lr, seed=seed, warmup=steps // 10, grad_clip=1.0, progress=progress)
-    return model.eval(), None, res
-
-def _check_keep(keep, n):
-    if not (torch.is_tensor(keep) and keep.dtype == torch.bool and keep.shape == (n,)) or not keep.any():
-        raise ShapeError(f"keep is {type(keep).__name__} {tuple(getattr(keep, 'shape', ()))} {getattr(keep, 'dtype', '')}.", f"A boolean tensor of shape ({n},) with at least one True.", "Pass e.g. torch.rand(n) < 0.5.")
-    return keep.cpu()
-
 def _target(s, x, eps, t):
     "What the model is trained to predict: ε, x0, or v = √ᾱ ε − √(1−ᾱ) x0."
     if s['kind'] == 'epsilon': return eps
@@ -134,19 +80,20 @@ def _target(s, x, eps, t):
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #ae0b7567
 MEASUREMENTS = ('loss', 'simplified_elbo', 'elbo', 'square_norm')
 
+@renamed(k='n_draws')
 def draws(n:int, # Number of examples
-          k:int, # Draws per example
+          n_draws:int, # Draws per example
           shape:tuple, # Shape of one example, e.g. (1, 8, 8)
           timesteps:int, # T of the noise schedule
-          seed:int=0, # Seed; example i's draws depend only on (seed, i, k), not on n or on batching
+          seed:int=0, # Seed; example i's draws depend only on (seed, i, n_draws), not on n or on batching
           start:int=0 # Index of the first example
-         ) -> tuple[torch.Tensor, torch.Tensor]: # t (n, k) long, ε (n, k, *shape)
-    "Stratified timesteps and Gaussian noise for each example: draw j of k has t in [jT/k, (j+1)T/k)."
+         ) -> tuple[torch.Tensor, torch.Tensor]: # t (n, n_draws) long, ε (n, n_draws, *shape)
+    "Stratified timesteps and Gaussian noise for each example: draw j of n_draws = k has t in [jT/k, (j+1)T/k)."
     ts, es = [], []
     for i in range(start, start + n):
         g = torch.Generator().manual_seed(seed * 1_000_003 + i)
-        ts.append(((torch.arange(k) + torch.rand(k, generator=g)) * timesteps / k).long().clamp_(max=timesteps - 1))
-        es.append(torch.randn((k, *shape), generator=g))
+        ts.append(((torch.arange(n_draws) + torch.rand(n_draws, generator=g)) * timesteps / n_draws).long().clamp_(max=timesteps - 1))
+        es.append(torch.randn((n_draws, *shape), generator=g))
     return torch.stack(ts), torch.stack(es)
 
 def elbo_weights(scheduler) -> torch.Tensor:
@@ -176,104 +123,69 @@ def _terms(model, scheduler, s, x, t, eps, measurement, forward, cond=None):
     return w * err
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #9a3470b4
-def _check_k(k, what='k'):
-    if not (isinstance(k, int) and k >= 1): raise ConfigError(f"{what}={k!r}.", "A positive number of (t, ε) draws per example.", "Use e.g. k=64.")
-
+@renamed(k='n_draws')
 def measure(model:nn.Module, # A denoiser (not changed)
             scheduler, # A `diffusers` scheduler giving the noise schedule
             x:torch.Tensor, # Images (N, C, H, W), e.g. generated samples
             measurement:str='loss', # One of `MEASUREMENTS`
-            k:int=256, # (t, ε) draws per image
+            n_draws:int=256, # (t, ε) draws per image
             seed:int=0, # Seed of the draws (image i gets the same draws from every model: common random numbers)
             batch_size:int=256, # Rows (image × draw) per forward pass
             forward:Callable=denoiser_forward, # forward(model, x_t, t[, cond]) -> prediction
             cond:torch.Tensor|None=None # One condition per image (class labels or embeddings); None: an unconditional model
            ) -> torch.Tensor: # (N,) float64 on the CPU
-    "A measurement of each image under a diffusion model: its DDPM loss, (simplified) ELBO term sum or D-TRAK's square norm, averaged over k draws."
-    check_choice('measurement', measurement, MEASUREMENTS); _check_images('x', x); _check_k(k); check_batch_size(batch_size); _check_cond(cond, len(x))
+    "A measurement of each image under a diffusion model: its DDPM loss, (simplified) ELBO term sum or D-TRAK's square norm, averaged over `n_draws` draws."
+    check_choice('measurement', measurement, MEASUREMENTS); _check_images('x', x); check_int('n_draws', n_draws, todo='Use e.g. n_draws=64.'); check_batch_size(batch_size); _check_cond(cond, len(x))
     s = _schedule(scheduler)
-    per = max(1, batch_size // k)
+    per = max(1, batch_size // n_draws)
     out = []
     with evaluating(model), torch.no_grad():
         for i in range(0, len(x), per):
             xb = x[i:i + per]
-            t, eps = draws(len(xb), k, tuple(x.shape[1:]), s['T'], seed, start=i)
-            xr = xb.repeat_interleave(k, 0)
-            cr = None if cond is None else cond[i:i + per].repeat_interleave(k, 0)
+            t, eps = draws(len(xb), n_draws, tuple(x.shape[1:]), s['T'], seed, start=i)
+            xr = xb.repeat_interleave(n_draws, 0)
+            cr = None if cond is None else cond[i:i + per].repeat_interleave(n_draws, 0)
             vals = torch.cat([_terms(model, scheduler, s, xr[j:j + batch_size], t.flatten()[j:j + batch_size], eps.flatten(0, 1)[j:j + batch_size], measurement, forward,
                                      None if cr is None else cr[j:j + batch_size]) for j in range(0, len(xr), batch_size)])
-            out.append(vals.view(len(xb), k).double().mean(1).cpu())
+            out.append(vals.view(len(xb), n_draws).double().mean(1).cpu())
     return check_finite(f'{measurement} measurements', torch.cat(out))
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #cb323a2b
-def influence_modules(model:nn.Module, # Any model
-                      names=None # Module paths to keep; None: every nn.Linear and nn.Conv2d
-                     ) -> dict[str, nn.Module]: # {path: module} in model order
-    "The layers influence is computed over: `nn.Linear` and `nn.Conv2d` (ungrouped, zero padding), as in the paper (norm layers are left out)."
-    ok = lambda m: isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.groups == 1 and m.padding_mode == 'zeros' and not isinstance(m.padding, str))
-    mods = {n: m for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))}
-    if names is not None:
-        names = [names] if isinstance(names, str) else list(names)
-        bad = [n for n in names if n not in mods]
-        if bad: raise ConfigError(f"{bad[:3]} not an nn.Linear or nn.Conv2d of {type(model).__name__}.", f"It has {len(mods)}, e.g. {list(mods)[:3]}.", "List them with `influence_modules(model)`.")
-        mods = {n: mods[n] for n in mods if n in set(names)}
-    unsupported = [n for n, m in mods.items() if not ok(m)]
-    if unsupported and names is not None: raise ConfigError(f"{unsupported[:3]} are grouped or padded convolutions.", "Ungrouped nn.Conv2d with zero padding given as numbers.", "Leave them out of `modules`.")
-    mods = {n: m for n, m in mods.items() if ok(m)}
-    if not mods: raise ConfigError(f"{type(model).__name__} has no nn.Linear or nn.Conv2d layer.", "Influence is computed over those layers.", "Pass a model that has some.")
-    return mods
-
 def influence_params(mods:dict) -> list[nn.Parameter]:
-    "The parameters of `mods` in the order of gradient vectors: each module's weight, then its bias."
+    "The parameters of `mods` (from `grad_modules`) in the order of gradient vectors: each module's weight, then its bias."
     return [p for m in mods.values() for p in ([m.weight] + ([m.bias] if m.bias is not None else []))]
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #3507fdda
-def _module_grad(m, a, g, n, k):
-    "Per-example gradient of `m`'s weight (and bias), flattened, from its input `a` and output gradient `g` over n examples × k rows each."
-    if isinstance(m, nn.Conv2d):
-        a = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)   # (rows, C_in·kh·kw, L)
-        g = g.flatten(2)   # (rows, C_out, L)
-        a, g = a.transpose(1, 2), g.transpose(1, 2)   # (rows, L, ·)
-    wdt = torch.float64 if g.dtype == torch.float64 else torch.float32
-    a = a.reshape(n, -1, a.shape[-1]).to(wdt)   # the k rows of each example and their positions together
-    g = g.reshape(n, -1, g.shape[-1]).to(wdt)
-    w = torch.einsum('nso,nsi->noi', g, a).flatten(1)
-    return torch.cat([w, g.sum(1)], 1) if m.bias is not None else w
+def _measurement_task(scheduler, measurement, n_draws, seed, shape, forward) -> Task:
+    "The core's gradient `Task` of a measurement: example i (its index in batch['i']) gets its own `draws`, the mean of its `n_draws` terms is differentiated."
+    s = _schedule(scheduler)
+    def fn(model, b):
+        t, eps = (torch.cat(v) for v in zip(*[draws(1, n_draws, shape, s['T'], seed, start=int(i)) for i in b['i']]))
+        c = b.get('cond')
+        terms = _terms(model, scheduler, s, b['x'].repeat_interleave(n_draws, 0), t.flatten(), eps.flatten(0, 1), measurement, forward,
+                       None if c is None else c.repeat_interleave(n_draws, 0))
+        return terms.view(-1, n_draws).mean(1)
+    return Task(loss=fn, measurement=fn)
 
-def _batch_grads(model, scheduler, s, x, t, eps, measurement, forward, mods, cond=None):
-    "Per-example gradients of the mean of each example's k terms: one forward and one backward pass, each layer's per-example gradient formed in its hook."
-    n, k = t.shape
-    def reduce(site, g):
-        name = str(site)
-        return _module_grad(mods[name], acts.pop(f'{name}:in'), g, n, k)
-    with evaluating(model), torch.enable_grad(), capture(model, [f'{p}:in' for p in mods]) as acts, capture_grads(model, list(mods), on_grad=reduce, keep_acts=False) as cache:
-        terms = _terms(model, scheduler, s, x.repeat_interleave(k, 0), t.flatten(), eps.flatten(0, 1), measurement, forward, None if cond is None else cond.repeat_interleave(k, 0))
-        check_finite(f'{measurement} terms', terms.detach())
-        cache.backward(terms.sum() / k)   # rows of example i hold its gradient; no parameter's .grad is touched
-        return torch.cat([cache.grads[p].to(terms.device) for p in mods], 1)
-
+@renamed(k='n_draws')
 def measurement_grads(model:nn.Module, # A denoiser (not changed)
                   scheduler, # A `diffusers` scheduler giving the noise schedule
                   x:torch.Tensor, # Images (N, C, H, W): training examples or queries
                   measurement:str='loss', # One of `MEASUREMENTS`: 'loss' for training examples (the paper's), any for queries
-                  k:int=64, # (t, ε) draws per image (the paper: 250)
+                  n_draws:int=64, # (t, ε) draws per image (the paper: 250)
                   seed:int=0, # Seed of the draws
-                  batch_size:int=256, # Rows (image × draw) per forward and backward pass (at least k)
-                  modules=None, # Module paths, or a dict from `influence_modules`; None: every Linear and Conv2d
+                  batch_size:int=256, # Rows (image × draw) per forward and backward pass (at least n_draws)
+                  modules=None, # Module paths, or a dict from `grad_modules`; None: every Linear and Conv2d
                   forward:Callable=denoiser_forward, # forward(model, x_t, t[, cond]) -> prediction
                   cond:torch.Tensor|None=None # One condition per image (class labels or embeddings); None: an unconditional model
                  ) -> torch.Tensor: # (N, P) on the model's device, float32 (float64 for a float64 model), in `influence_params` order
-    "Per-example gradients ∇θ m(x) of a measurement averaged over k (t, ε) draws, over the Linear and Conv2d layers."
-    check_choice('measurement', measurement, MEASUREMENTS); _check_images('x', x); _check_k(k); check_batch_size(batch_size); _check_cond(cond, len(x))
-    mods = modules if isinstance(modules, dict) else influence_modules(model, modules)
-    s = _schedule(scheduler)
-    per = max(1, batch_size // k)
-    out = []
-    for i in range(0, len(x), per):
-        xb = x[i:i + per]
-        t, eps = draws(len(xb), k, tuple(x.shape[1:]), s['T'], seed, start=i)
-        out.append(_batch_grads(model, scheduler, s, xb, t, eps, measurement, forward, mods, None if cond is None else cond[i:i + per]))
-    return check_finite('per-example gradients', torch.cat(out))
+    "Per-example gradients ∇θ m(x) of a measurement averaged over `n_draws` (t, ε) draws, over the Linear and Conv2d layers (the core's `per_example_grads`)."
+    check_choice('measurement', measurement, MEASUREMENTS); _check_images('x', x); check_int('n_draws', n_draws, todo='Use e.g. n_draws=64.'); check_batch_size(batch_size); _check_cond(cond, len(x))
+    mods = grad_modules(model, modules, head=True)
+    batch = dict(x=x, i=torch.arange(len(x))) | ({} if cond is None else dict(cond=cond))
+    task = _measurement_task(scheduler, measurement, n_draws, seed, tuple(x.shape[1:]), forward)
+    g = per_example_grads(model, batch, task, mods, of='measurement', bias=True, batch_size=max(1, batch_size // n_draws))
+    return check_finite('per-example gradients', g)
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #8f3031a4
 CURVATURES = ('kfac', 'ekfac')
@@ -312,32 +224,34 @@ class _grads_on:
     def __exit__(self, *exc):
         for p, f in zip(self.params, self.flags): p.requires_grad_(f)
 
+# %% ../../nbs/papers/14_diffusion_influence.ipynb #a00086bc
+@renamed(samples='n_draws')
 def ggn_curvature(model:nn.Module, # A denoiser (not changed)
                   scheduler, # A `diffusers` scheduler giving the noise schedule
                   x:torch.Tensor, # Training images (N, C, H, W)
                   kind:str='kfac', # One of `CURVATURES`: K-FAC, or K-FAC with eigenvalue correction (EK-FAC)
-                  samples:int=4, # (t, ε) draws per training image in the expectation (the paper: 125 per pass)
+                  n_draws:int=4, # (t, ε) draws per training image in the expectation (the paper: 125 per pass)
                   fisher_type:str='mc', # One of `FISHER_TYPES`: 'mc' (the paper's: one sampled target per row), 'type-2' (the exact GGN of the MSE) or 'empirical'
                   seed:int=0, # Seed of the draws
                   batch_size:int=256, # Rows (image × draw) per pass
-                  modules=None, # Module paths, or a dict from `influence_modules`; None: every Linear and Conv2d
+                  modules=None, # Module paths, or a dict from `grad_modules`; None: every Linear and Conv2d
                   forward:Callable=denoiser_forward, # forward(model, x_t, t[, cond]) -> prediction
                   cond:torch.Tensor|None=None # One condition per image (class labels or embeddings); None: an unconditional model
                  ):
     "The K-FAC (or EK-FAC) approximation of the GGN of the diffusion loss over the Linear and Conv2d layers, as a `curvlinops` linear operator with its factors computed (in float32, on a copy, for a half-precision model)."
     from curvlinops import EKFACLinearOperator, KFACLinearOperator
     check_choice('kind', kind, CURVATURES); check_choice('fisher_type', fisher_type, FISHER_TYPES)
-    _check_images('x', x); _check_k(samples, 'samples'); check_batch_size(batch_size); _check_cond(cond, len(x))
+    _check_images('x', x); check_int('n_draws', n_draws, todo='Use e.g. n_draws=8.'); check_batch_size(batch_size); _check_cond(cond, len(x))
     if model_dtype(model) not in (torch.float32, torch.float64):   # half precision: the factors and their eigendecompositions need float32
         model = copy.deepcopy(model).float()
         modules = list(modules) if isinstance(modules, dict) else modules
-    mods = modules if isinstance(modules, dict) else influence_modules(model, modules)
+    mods = modules if isinstance(modules, dict) else grad_modules(model, modules, head=True)
     params = influence_params(mods)
     cls = EKFACLinearOperator if kind == 'ekfac' else KFACLinearOperator
-    data = _NoisedBatches(model, scheduler, x, samples, seed, batch_size, cond)
+    data = _NoisedBatches(model, scheduler, x, n_draws, seed, batch_size, cond)
     with evaluating(model), _grads_on(params):
         op = cls(_Denoiser(model, forward), nn.MSELoss(), params, data, fisher_type=fisher_type, kfac_approx='expand', num_per_example_loss_terms=1,
-                 separate_weight_and_bias=False, num_data=len(x) * samples, check_deterministic=False, batch_size_fn=lambda X: len(X['t']))
+                 separate_weight_and_bias=False, num_data=len(x) * n_draws, check_deterministic=False, batch_size_fn=lambda X: len(X['t']))
         op @ torch.zeros(op.shape[1], device=model_device(model), dtype=params[0].dtype)   # computes the factors now, while the model is in eval mode
     return op
 
@@ -390,29 +304,15 @@ def mean_eigenvalue(curvature # From `ggn_curvature`, or a dense (P, P) matrix (
     return check_finite('curvature trace', torch.as_tensor(curvature.trace, dtype=torch.float64).reshape(1)).item() / curvature.shape[0]
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #88c00eb3
-def project(grads:torch.Tensor, # (rows, P) gradients
-            dim:int=2048, # Projection dimension
-            seed:int=0, # Seed of the projection (the same seed gives the same directions for any rows)
-            chunk:int=4096 # Parameters per slice of the projection matrix made at once (it is never held whole)
-           ) -> torch.Tensor: # (rows, dim) float64 on the CPU
-    "Random Gaussian projection of gradient rows: g R / √dim, R (P, dim) standard normal, made slice by slice."
-    _check_grads('grads', grads)
-    if not (isinstance(dim, int) and dim >= 1): raise ConfigError(f"dim={dim!r}.", "A positive projection dimension.", "Use e.g. dim=2048.")
-    out = torch.zeros(len(grads), dim, dtype=torch.float64)
-    for i in range(0, grads.shape[1], chunk):
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + i)
-        out += grads[:, i:i + chunk].double().cpu() @ torch.randn(min(chunk, grads.shape[1] - i), dim, generator=gen, dtype=torch.float64)
-    return out / math.sqrt(dim)
-
 def trak_scores(query_grads:torch.Tensor, # (Q, P) measurement gradients of the queries (or their projections, with dim=None)
                 train_grads:torch.Tensor, # (N, P) training gradients: of the loss for TRAK, of the square norm for D-TRAK (or their projections)
-                dim:int|None=2048, # Projection dimension; None: the gradients are already projected (by `project`)
+                dim:int|None=2048, # Projection dimension; None: the gradients are already projected (by `interpkit.grads.project_flat`)
                 damping:float=1e-3, # λ > 0 added to ΦᵀΦ
                 seed:int=0 # Seed of the projection
                ) -> torch.Tensor: # (Q, N) float64 on the CPU
     "TRAK-style scores: project gradients to `dim` dimensions and precondition with the damped empirical Fisher, φ(q)ᵀ (ΦᵀΦ + λI)⁻¹ φ(x_i)."
     _check_grads('train_grads', train_grads); _check_grads('query_grads', query_grads, train_grads.shape[1]); _check_damping(damping)
-    phi, phq = (train_grads.double().cpu(), query_grads.double().cpu()) if dim is None else (project(train_grads, dim, seed), project(query_grads, dim, seed))
+    phi, phq = (train_grads.double().cpu(), query_grads.double().cpu()) if dim is None else (project_flat(train_grads, dim, seed), project_flat(query_grads, dim, seed))
     if len(phi) < phi.shape[1]:   # fewer examples than dimensions: the same product as Φᵀ(ΦΦᵀ + λI)⁻¹, an N × N solve
         K = phi @ phi.T
         return phq @ phi.T @ torch.linalg.solve(K + damping * torch.eye(len(K), dtype=K.dtype), torch.eye(len(K), dtype=K.dtype))
@@ -461,34 +361,13 @@ def retrain_ceiling(actual:torch.Tensor # (S, M, Q) measurements of the queries 
     return LDS(score=float(rhos.nanmean()), per_query=rhos.mean(0), predicted=actual.mean(0))
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #59e97da8
+@renamed(k='top_k')
 def top_influences(scores:torch.Tensor, # (Q, N) influence scores
                    query:int, # Which query (row)
-                   k:int=8 # How many of each sign
-                  ) -> tuple[torch.Tensor, torch.Tensor]: # (indices of the k most positive, of the k most negative), each in order
+                   top_k:int=8 # How many of each sign
+                  ) -> tuple[torch.Tensor, torch.Tensor]: # (indices of the top_k most positive, of the top_k most negative), each in order
     "The training examples whose removal is predicted to raise (positive) or lower (negative) a query's measurement the most."
     if scores.dim() != 2 or not 0 <= query < len(scores): raise ShapeError(f"scores {tuple(scores.shape)}, query={query}.", f"scores (Q, N) and 0 <= query < Q.", "Pick a row of the scores.")
-    if not (isinstance(k, int) and 1 <= k <= scores.shape[1]): raise ConfigError(f"k={k!r}.", f"1 <= k <= N = {scores.shape[1]}.", "Use a smaller k.")
+    check_int('top_k', top_k, most=scores.shape[1], todo='Use a smaller top_k.')
     order = scores[query].argsort(descending=True)
-    return order[:k], order.flip(0)[:k]
-
-# %% ../../nbs/papers/14_diffusion_influence.ipynb #9fbaefdb
-DEMO_ASSET = 'diffusion_influence_digits'
-
-def demo_images() -> torch.Tensor:
-    "The demo's training images: the scikit-learn digits of `DIGIT_CLASSES` in the training split, (N, 1, 8, 8) in [-1, 1]."
-    return digit_images('train', classes=DIGIT_CLASSES)[0]
-
-def load_influence_demo(name:str=DEMO_ASSET # Asset written by tools/make_diffusion_influence_assets.py
-                       ) -> tuple: # (UNet in eval mode, None, the asset's meta: 'unet' and 'scheduler' configs, retraining recipe)
-    "The demo's model trained on all images (seed 0); sample and measure it with `DDPMScheduler(**meta['scheduler'])`."
-    from interpkit.train import load_asset
-    tensors, meta = load_asset(name)
-    unet = tiny_ddpm()
-    unet.load_state_dict({k[5:]: v for k, v in tensors.items() if k.startswith('unet.')})
-    return unet.eval(), None, meta
-
-def retraining_results(name:str=DEMO_ASSET # Asset written by tools/make_diffusion_influence_assets.py
-                      ) -> dict[str, torch.Tensor]: # 'keep' (M, N), 'queries' (Q, 1, 8, 8), 'subsets.<measurement>' (S, M, Q), 'full.<measurement>' (S, Q), 'removal.*'
-    "What the demo's retrainings measured: the subsets, the queries and every query's measurements under every retrained model."
-    from interpkit.train import load_asset
-    return {k: v for k, v in load_asset(name)[0].items() if not k.startswith('unet.')}
+    return order[:top_k], order.flip(0)[:top_k]

@@ -4,22 +4,19 @@
 
 # %% ../../nbs/papers/15_position_coupling.ipynb #0b260b0f
 from __future__ import annotations
-import dataclasses, itertools, random
+import itertools, random
 from dataclasses import dataclass
 import matplotlib.pyplot as plt, numpy as np, pandas as pd, torch
 import torch.nn.functional as F
 from torch import nn
-from ..errors import ConfigError, ShapeError, check_choice
+from ..errors import ConfigError, ShapeError, check_choice, check_int, moved, renamed
 from ..models import evaluating, model_device
-from ..train import FitResult, fit, load_asset
 
 # %% auto #0
-__all__ = ['ARITHMETIC_VOCAB', 'POSITION_SIGNALS', 'ADDER_RECIPES', 'TWO_OPERAND_RECIPES', 'ADDERS_ASSET', 'GRID_DIGITS',
-           'GRID_COUNTS', 'padded_width', 'check_operands', 'Encoded', 'encode_addition', 'position_table',
-           'encode_multiplication', 'parse_answer', 'CoupledTransformer', 'collate', 'answer_loss', 'sample_operands',
-           'random_starts', 'AdderRecipe', 'training_problem', 'train_adder', 'exact_match', 'greedy_answer',
-           'evaluation_problems', 'accuracy_grid', 'load_adder', 'shipped_meta', 'shipped_grids', 'in_range',
-           'summarize', 'plot_position_ids']
+__all__ = ['ARITHMETIC_VOCAB', 'POSITION_SIGNALS', 'padded_width', 'check_operands', 'Encoded', 'encode_addition',
+           'position_table', 'encode_multiplication', 'parse_answer', 'CoupledTransformer', 'collate_batch',
+           'answer_loss', 'random_starts', 'exact_match', 'greedy_answer', 'evaluation_problems', 'accuracy_grid',
+           'in_range', 'summarize', 'plot_position_ids']
 
 # %% ../../nbs/papers/15_position_coupling.ipynb #1619f754
 ARITHMETIC_VOCAB = '0123456789+*=>$.'
@@ -84,6 +81,7 @@ def encode_addition(operands, # Non-negative integers a_1..a_m, m >= 2
     if not scratchpad: tokens = [(c, ids[:1]) for c, ids in tokens]
     return _encoded(tokens)
 
+# %% ../../nbs/papers/15_position_coupling.ipynb #b4ce33ca
 def position_table(problem:Encoded # An encoded problem
                   ) -> pd.DataFrame: # One column per token: the character and its id on each level
     "A problem's tokens with their position ids, level by level."
@@ -146,7 +144,7 @@ class CoupledTransformer(nn.Module):
         if self.positions == 'coupled':
             if position_ids is None or position_ids.dim() != 3 or position_ids.shape[-2:] != (self.levels, T):
                 raise ShapeError(f"position_ids has shape {None if position_ids is None else tuple(position_ids.shape)}.",
-                                 f"A coupled model with {self.levels} levels needs (batch, {self.levels}, {T}).", "Pass the ids from `collate`.")
+                                 f"A coupled model with {self.levels} levels needs (batch, {self.levels}, {T}).", "Pass the ids from `collate_batch`.")
             for table, ids in zip(self.position_tables, position_ids.unbind(-2)): x = x + table(ids)
         elif self.positions == 'absolute':
             if T > self.max_len: raise ShapeError(f"A sequence of {T} tokens.", f"The absolute table has {self.max_len} rows.", "Build the model with a larger max_len.")
@@ -156,11 +154,11 @@ class CoupledTransformer(nn.Module):
         return self.unembed(self.norm(x))
 
 # %% ../../nbs/papers/15_position_coupling.ipynb #5e5aa1f8
-def collate(problems:list, # `Encoded` problems, all with the same number of levels
+def collate_batch(problems:list, # `Encoded` problems, all with the same number of levels
             device=None # Where the tensors go; None: the CPU
-           ) -> dict: # input_ids (batch, pos), position_ids (batch, levels, pos), labels (batch, pos; -100 outside the answer and EOS)
+           ) -> dict: # input_ids (batch, pos), position_ids (batch, levels, pos), labels (batch, pos; -100 outside the answer and EOS): model inputs
     "Right-pad problems into one batch; labels hold the answer and EOS tokens, the targets of the loss and of exact match."
-    if not problems: raise ConfigError("No problem given.", "collate needs at least one `Encoded`.", "Pass a non-empty list.")
+    if not problems: raise ConfigError("No problem given.", "collate_batch needs at least one `Encoded`.", "Pass a non-empty list.")
     levels = {p.position_ids.shape[0] for p in problems}
     if len(levels) > 1: raise ShapeError(f"Problems with {sorted(levels)} levels of ids.", "A batch needs one number of levels.", "Encode them all with or all without the scratchpad.")
     n, T = len(problems), max(len(p.text) for p in problems)
@@ -183,7 +181,7 @@ def _check_fits(model:nn.Module, batch:dict):
         raise ShapeError(f"A sequence of {batch['input_ids'].shape[1]} tokens.", f"The model's absolute table has {model.max_len} rows.", "Use shorter problems.")
 
 def answer_loss(model:nn.Module, # A `CoupledTransformer`, or any module called as `model(input_ids, position_ids)` -> logits
-                batch:dict # From `collate`
+                batch:dict # From `collate_batch`
                ) -> torch.Tensor:
     "Mean next-token cross-entropy over the answer and EOS tokens."
     _check_fits(model, batch)
@@ -192,85 +190,17 @@ def answer_loss(model:nn.Module, # A `CoupledTransformer`, or any module called 
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), batch['labels'][:, 1:].flatten().to(dev), ignore_index=-100)
 
 # %% ../../nbs/papers/15_position_coupling.ipynb #dcc94aed
-def sample_operands(rng:random.Random, # The random source
-                    max_digits:int, # Operand lengths 1..max_digits
-                    counts, # Operand counts to choose from, e.g. range(2, 6)
-                    independent:float=0.5 # Probability that each operand's length is drawn on its own (the official `threshold_partially_uniform`); else all share one length
-                   ) -> list[int]:
-    "Random operands as the official 'partially uniform' sampler draws them: a count, then each operand's length uniform on 1..max_digits on its own (probability `independent`) or one such length for all; leading digits nonzero."
-    if not (isinstance(max_digits, int) and max_digits >= 1): raise ConfigError(f"max_digits={max_digits!r}.", "Operands need at least 1 digit.", "Use max_digits >= 1.")
-    if isinstance(independent, bool) or not (isinstance(independent, (int, float)) and 0 <= independent <= 1): raise ConfigError(f"independent={independent!r}.", "A probability in [0, 1].", "Use 0.5, the official threshold.")
-    m = rng.choice(list(counts))
-    lengths = [rng.randint(1, max_digits) for _ in range(m)] if rng.random() < independent else [rng.randint(1, max_digits)] * m
-    return [rng.randint(0 if k == 1 else 10**(k - 1), 10**k - 1) for k in lengths]
-
-def random_starts(rng:random.Random, # The random source
+@renamed(rng='seed')
+def random_starts(seed:int|random.Random, # Seed, or a `random.Random` whose stream the caller shares (a trainer draws each problem's operands and offsets from one stream)
                   operands:list, # The problem's operands
                   table_size:int # Ids per table
                  ) -> tuple[int, int]:
     "Training offsets (s, t): s uniform in 1..table_size-1-L, t in 1..table_size-1-m, so that every id stays inside the tables."
+    rng = seed if isinstance(seed, random.Random) else random.Random(seed)
     m, L = len(operands), padded_width(max(len(str(a)) for a in operands), len(operands))
     if L + 1 >= table_size or m + 1 >= table_size:
         raise ShapeError(f"{m} operands of width {L}.", f"Tables of {table_size} ids hold widths up to {table_size - 2} and counts up to {table_size - 2}.", "Use a larger table_size.")
     return rng.randint(1, table_size - 1 - L), rng.randint(1, table_size - 1 - m)
-
-# %% ../../nbs/papers/15_position_coupling.ipynb #58591b13
-@dataclass
-class AdderRecipe:
-    "How one adder of the demo is built and trained."
-    positions: str = 'coupled' # One of `POSITION_SIGNALS`
-    scratchpad: bool = True # Train on the running-sum scratchpad
-    max_digits: int = 5 # Training operands have 1..max_digits digits
-    counts: tuple = (2, 3, 4, 5) # Training operand counts
-    table_size: int = 21 # Ids per coupled table (the paper: 41 for 1-10 digits, 2-10 operands)
-    max_len: int = 512 # Rows of the absolute table
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
-    d_ff: int = 512
-    steps: int = 6000
-    lr: float = 1e-3
-    batch_size: int = 64
-    def levels(self) -> int: return 2 if self.scratchpad else 1
-    def build(self) -> CoupledTransformer:
-        "A fresh model with this recipe's architecture."
-        return CoupledTransformer(self.positions, self.levels(), self.table_size, self.max_len, self.d_model, self.n_layers, self.n_heads, self.d_ff)
-
-ADDER_RECIPES = {'coupled': AdderRecipe(),   # the four adders of the demo, trained by tools/make_position_coupling_assets.py
-           'absolute': AdderRecipe(positions='absolute'),
-           'nope': AdderRecipe(positions='none'),
-           'coupled_no_scratchpad': AdderRecipe(scratchpad=False)}
-
-TWO_OPERAND_RECIPES = {p: AdderRecipe(positions=p, scratchpad=False, counts=(2,), max_digits=4, table_size=13, max_len=64, n_layers=1, steps=800, lr=2e-3)
-                for p in ('coupled', 'absolute')}   # two-operand addition, trained live on the page
-
-def training_problem(rng:random.Random, # The random source
-                     recipe:AdderRecipe # What to sample
-                    ) -> Encoded:
-    "One training problem: random operands, and random start offsets for coupled models."
-    ops = sample_operands(rng, recipe.max_digits, recipe.counts)
-    starts = random_starts(rng, ops, recipe.table_size) if recipe.positions == 'coupled' else (1, 1)
-    return encode_addition(ops, recipe.scratchpad, starts)
-
-def train_adder(recipe:AdderRecipe|str='coupled', # An `AdderRecipe` or a key of `ADDER_RECIPES`
-                steps:int|None=None, # Optimizer steps; None: the recipe's
-                batch_size:int|None=None, # Problems per step; None: the recipe's
-                lr:float|None=None, # Peak learning rate; None: the recipe's
-                seed:int=0, # Seeds the weights and the data
-                device=None, # Where to train; None: the CPU
-                progress:bool=True # Show a progress bar
-               ) -> tuple[CoupledTransformer, None, FitResult]: # `(model, None, result)`: the model in eval mode; there is no tokenizer (`ARITHMETIC_VOCAB` is one character per token)
-    "Train a fresh adder with AdamW (betas 0.9, 0.95), 1% warmup, a cosine schedule and gradient clipping at 1, as the paper does."
-    recipe = ADDER_RECIPES[check_choice('recipe', recipe, ADDER_RECIPES)] if isinstance(recipe, str) else recipe
-    recipe = dataclasses.replace(recipe, **{k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr).items() if v is not None})
-    torch.manual_seed(seed)
-    model = recipe.build().to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    def batches(step, gen):
-        rng = random.Random(int(torch.randint(2**62, (1,), generator=gen)))
-        return collate([training_problem(rng, recipe) for _ in range(recipe.batch_size)])
-    res = fit(model, batches, answer_loss, recipe.steps, seed=seed, warmup=recipe.steps // 100, grad_clip=1.0, optimizer=opt, progress=progress)
-    return model.eval(), None, res
 
 # %% ../../nbs/papers/15_position_coupling.ipynb #4f8a0d88
 def exact_match(model:nn.Module, # A trained adder (or multiplier): a `CoupledTransformer` or any module called as `model(input_ids, position_ids)` -> logits
@@ -278,11 +208,11 @@ def exact_match(model:nn.Module, # A trained adder (or multiplier): a `CoupledTr
                 batch_size:int=256 # Problems per forward pass
                ) -> torch.Tensor: # (len(problems),) bool: whether greedy decoding writes the whole answer and EOS exactly
     "Exact match of greedy decoding, computed in one teacher-forced pass: greedy output equals the target iff every target token is the argmax after the target prefix."
-    if isinstance(batch_size, bool) or not (isinstance(batch_size, int) and batch_size >= 1): raise ConfigError(f"batch_size={batch_size!r}.", "A positive integer is needed.", "Use e.g. batch_size=256.")
+    check_int('batch_size', batch_size, todo='Use e.g. batch_size=256.')
     out, dev = [], model_device(model)
     with evaluating(model), torch.inference_mode():
         for i in range(0, len(problems), batch_size):
-            batch = collate(problems[i:i + batch_size], dev)
+            batch = collate_batch(problems[i:i + batch_size], dev)
             _check_fits(model, batch)
             pred, target = model(batch['input_ids'], batch['position_ids'])[:, :-1].argmax(-1), batch['labels'][:, 1:]
             out.append(((pred == target) | (target == -100)).all(1).cpu())
@@ -302,6 +232,7 @@ def greedy_answer(model:nn.Module, # A trained adder: any module called as `mode
             ids = torch.cat([ids, nxt.view(1, 1)], 1)
     return ''.join(ARITHMETIC_VOCAB[int(i)] for i in ids[0, problem.answer_start:])
 
+# %% ../../nbs/papers/15_position_coupling.ipynb #39822f92
 def evaluation_problems(digits:int, # Every operand has exactly this many digits
                         count:int, # Number of operands
                         n:int=100, # Problems
@@ -309,9 +240,9 @@ def evaluation_problems(digits:int, # Every operand has exactly this many digits
                         scratchpad:bool=True # Encode with the scratchpad
                        ) -> list[Encoded]:
     "Random problems of one grid cell, with the evaluation offsets s = t = 1."
-    if not (isinstance(digits, int) and digits >= 1): raise ConfigError(f"digits={digits!r}.", "Operands need at least 1 digit.", "Use digits >= 1.")
-    if not (isinstance(count, int) and count >= 2): raise ConfigError(f"count={count!r}.", "Addition needs at least 2 operands.", "Use count >= 2.")
-    if not (isinstance(n, int) and n >= 0): raise ConfigError(f"n={n!r}.", "A number of problems, 0 or more, is needed.", "Use e.g. n=100.")
+    check_int('digits', digits, todo='Operands need at least 1 digit: use digits >= 1.')
+    check_int('count', count, least=2, todo='Addition needs at least 2 operands: use count >= 2.')
+    check_int('n', n, least=0, todo='Use e.g. n=100.')
     rng = random.Random(f'{seed}-{digits}-{count}')
     lo = 0 if digits == 1 else 10**(digits - 1)
     return [encode_addition([rng.randint(lo, 10**digits - 1) for _ in range(count)], scratchpad) for _ in range(n)]
@@ -331,41 +262,15 @@ def accuracy_grid(model:nn.Module, # A trained adder: any module called as `mode
             grid.loc[d, m] = exact_match(model, evaluation_problems(d, m, n, seed, scratchpad), batch_size).float().mean().item()
     return grid
 
-# %% ../../nbs/papers/15_position_coupling.ipynb #88680520
-ADDERS_ASSET = 'position_coupling_adders'
-
-GRID_DIGITS, GRID_COUNTS = range(1, 11), range(2, 11)
-
-def load_adder(recipe:str='coupled', # A key of `ADDER_RECIPES`
-               name:str=ADDERS_ASSET # The asset written by `tools/make_position_coupling_assets.py`
-              ) -> tuple[CoupledTransformer, None, dict]: # `(model, None, meta)`: the model in eval mode on the CPU; there is no tokenizer
-    "One of the shipped adders, trained by the tool with `train_adder(recipe, seed=0)`."
-    check_choice('recipe', recipe, ADDER_RECIPES)
-    tensors, meta = load_asset(name)
-    fields = meta['recipes'][recipe]
-    model = AdderRecipe(**{**fields, 'counts': tuple(fields['counts'])}).build()
-    model.load_state_dict({k[len(recipe) + 1:]: v for k, v in tensors.items() if k.startswith(recipe + '.')})
-    return model.eval(), None, meta
-
-def shipped_meta(name:str=ADDERS_ASSET # The asset written by `tools/make_position_coupling_assets.py`
-                ) -> dict:
-    "The shipped asset's metadata: each adder's recipe, training time and loss curve, and the tool's accuracy grids."
-    return load_asset(name)[1]
-
-def shipped_grids(meta:dict # The metadata from `shipped_meta` or `load_adder`
-                 ) -> dict: # {recipe name: accuracy grid} as the tool measured them
-    "The tool's exact-match grids (200 problems a cell) as DataFrames like `accuracy_grid`'s."
-    return {k: pd.DataFrame([v for v in g.values()], index=pd.Index([int(d) for d in g], name='digits'),
-                            columns=pd.Index(list(GRID_COUNTS), name='operands')) for k, g in meta['grids'].items()}
-
+# %% ../../nbs/papers/15_position_coupling.ipynb #82fe81bd
 def in_range(grid:pd.DataFrame, # From `accuracy_grid`
-             recipe:AdderRecipe # The recipe the model was trained with
+             recipe # The recipe the model was trained with: anything with `max_digits` and `counts` (the demo's `AdderRecipe`)
             ) -> pd.DataFrame: # Same shape, True where the cell's lengths and counts were seen in training
     "Which cells of a grid lie inside the training range."
     return pd.DataFrame([[d <= recipe.max_digits and m in recipe.counts for m in grid.columns] for d in grid.index], index=grid.index, columns=grid.columns)
 
 def summarize(grids:dict, # {name: accuracy grid}
-              recipes:dict # {name: AdderRecipe}, the recipes the models were trained with
+              recipes:dict # {name: recipe}, the recipes the models were trained with (anything with `max_digits` and `counts`)
              ) -> pd.DataFrame: # One row per model, one column per region of the grid; NaN where the grid has no such cell
     "Mean exact match by region: inside the training range, outside it, longer operands only, more operands only, both; then the edges at twice the training length and count, and the far corner."
     rows = {}
@@ -381,6 +286,7 @@ def summarize(grids:dict, # {name: accuracy grid}
         rows[k] = {name: a[sel].mean() if sel.any() else np.nan for name, sel in regions.items()}
     return pd.DataFrame(rows).T
 
+# %% ../../nbs/papers/15_position_coupling.ipynb #6f75050a
 def plot_position_ids(problem:Encoded, # An encoded problem
                       written:str|None=None, # What a model wrote after '=': wrong characters are marked in red
                       ax=None # Axes to draw on; None: a new figure
@@ -398,3 +304,18 @@ def plot_position_ids(problem:Encoded, # An encoded problem
             if j >= len(written) or written[j] != target[j]: lab.set_color('red')
     ax.tick_params(length=0)
     return ax
+
+# %% ../../nbs/papers/15_position_coupling.ipynb #cd4176e6
+__getattr__ = moved(__name__, collate='collate_batch',
+                    sample_operands='interpkit.demos.position_coupling.sample_operands',
+                    AdderRecipe='interpkit.demos.position_coupling.AdderRecipe',
+                    ADDER_RECIPES='interpkit.demos.position_coupling.ADDER_RECIPES',
+                    TWO_OPERAND_RECIPES='interpkit.demos.position_coupling.TWO_OPERAND_RECIPES',
+                    training_problem='interpkit.demos.position_coupling.training_problem',
+                    train_adder='interpkit.demos.position_coupling.train_adder',
+                    ADDERS_ASSET='interpkit.demos.position_coupling.ADDERS_ASSET',
+                    GRID_DIGITS='interpkit.demos.position_coupling.GRID_DIGITS',
+                    GRID_COUNTS='interpkit.demos.position_coupling.GRID_COUNTS',
+                    load_adder='interpkit.demos.position_coupling.load_adder',
+                    shipped_meta='interpkit.demos.position_coupling.shipped_meta',
+                    shipped_grids='interpkit.demos.position_coupling.shipped_grids')

@@ -4,25 +4,23 @@
 
 # %% ../../nbs/papers/08_ted.ipynb #eaad40e1
 from __future__ import annotations
-import random
+import random, warnings
 import pandas as pd, torch
 import torch.nn.functional as F
-from ..errors import AssetNotFound, ConfigError, NotFiniteError, SiteError, check_choice, check_finite, closest, require_extra
+from ..errors import AssetNotFound, ConfigError, NotFiniteError, SiteError, check_choice, check_finite, check_int, closest, moved, renamed, require_extra
 from ..hooks import capture_grads
-from ..models import (chat_replies, check_batch_size, check_causal_lm, embed, encode_left, evaluating, load_lm, logits_at, mask_positions,
-                              to_model)
+from ..models import chat_replies, chat_text, check_batch_size, embed, encode_left, evaluating, logits_at, mask_positions, resolve_lm, to_model
 from ..results import result
-from ..train import assets_dir, load_asset
+from ..train import assets_dir
 from ..viz import heatmap
 
 # %% auto #0
 __all__ = ['EDIT_TEMPLATE', 'N_KEEP', 'TAU_SIMILAR', 'TAU_DISSIMILAR', 'EXPECTED', 'UNEXPECTED', 'REFERENCE_TABLE', 'SIDE_EFFECT',
-           'INADEQUATE', 'ATTRIBUTE_TEMPLATE', 'JUDGE_TEMPLATE', 'PHRASES', 'QUERIES', 'TED_RECIPE', 'TED_ASSET',
-           'followup', 'edit_request', 'check_phrases', 'EditOutputs', 'edit_outputs', 'OperationalEmbeddings',
-           'operational_embeddings', 'Thesaurus', 'thesaurus', 'wordnet', 'wordnet_label', 'reference_table',
-           'reference_labels', 'llm_relation', 'failure_type', 'failures', 'candidates', 'embedding_judge', 'lm_judge',
-           'Verification', 'verify', 'verify_pairs', 'random_pairs', 'output_similarity', 'TedDemo', 'load_ted_demo',
-           'plot_thesaurus', 'pair_report']
+           'INADEQUATE', 'ATTRIBUTE_TEMPLATE', 'JUDGE_TEMPLATE', 'followup', 'edit_request', 'check_phrases',
+           'EditOutputs', 'edit_outputs', 'OperationalEmbeddings', 'operational_embeddings', 'Thesaurus', 'thesaurus',
+           'wordnet', 'wordnet_label', 'reference_table', 'reference_labels', 'llm_relation', 'failure_type',
+           'failures', 'candidates', 'embedding_judge', 'lm_judge', 'Verification', 'verify', 'verify_pairs',
+           'random_pairs', 'output_similarity', 'plot_thesaurus']
 
 # %% ../../nbs/papers/08_ted.ipynb #d532b6cc
 EDIT_TEMPLATE = "The following RESPONSE is a response to the question QUESTION.\nQUESTION: {query}\nRESPONSE: {response}\n\n{followup}"
@@ -53,12 +51,6 @@ def check_phrases(phrases, # What was given
     dup = sorted({p for p in out if out.count(p) > 1})
     if dup: raise ConfigError(f"{what} repeats {dup}.", "Distinct phrases.", "Drop the repeats.")
     return out
-
-def _lm(model, tokenizer, what:str):
-    "(model, tokenizer): a name is loaded with `load_lm`; a model object needs its tokenizer."
-    model, tok = load_lm(model, tokenizer=tokenizer)
-    if tok is None: raise ConfigError(f"{what} got a {type(model).__name__} object but no tokenizer.", "The tokenizer the model was trained with.", "Pass tokenizer=..., or give the model by name.")
-    return check_causal_lm(model, what), tok
 
 # %% ../../nbs/papers/08_ted.ipynb #6dea6f3e
 @result
@@ -97,7 +89,7 @@ def edit_outputs(model, # A causal chat LM, or its short name, hub id or path
     "Greedy answers to `queries`, then the model's edits of each answer for the control instruction and for every phrase; the model is left as it was."
     phrases = check_phrases(phrases)
     if isinstance(queries, str) or not len(queries): raise ConfigError("edit_outputs got no list of queries.", "A non-empty list of questions.", "Pass at least one question.")
-    model, tokenizer = _lm(model, tokenizer, 'edit_outputs')
+    model, tokenizer = resolve_lm(model, tokenizer, 'edit_outputs')
     queries = list(queries)
     if responses is None: responses = chat_replies(model, tokenizer, queries, response_tokens, batch_size)
     elif len(responses) != len(queries): raise ConfigError(f"{len(responses)} responses for {len(queries)} queries.", "One response per query.", "Pass as many responses as queries, or None.")
@@ -120,6 +112,7 @@ class OperationalEmbeddings:
             raise SiteError(f"No operational embedding of {phrase!r}.", f"Phrases here: {self.phrases}.", f"Did you mean {near[0]!r}?" if near else "Compute it with `operational_embeddings`.")
         return self.vectors[self.phrases.index(phrase)]
 
+# %% ../../nbs/papers/08_ted.ipynb #af8da28b
 def _embedding_path(model) -> str:
     "The module path of the model's input embedding."
     emb = model.get_input_embeddings() if hasattr(model, 'get_input_embeddings') else None
@@ -138,11 +131,12 @@ def _control_prompts(tokenizer, data:EditOutputs) -> list[tuple]:
     "For each query: (token ids of the control prompt under the chat template, index of its instruction's first token)."
     out = []
     for q, r in zip(data.queries, data.responses):
-        text = tokenizer.apply_chat_template([{'role': 'user', 'content': edit_request(q, r)}], tokenize=False, add_generation_prompt=True)
+        text = chat_text(tokenizer, edit_request(q, r), fallback=None)
         char = text.rindex(followup())
         out.append((tokenizer(text, add_special_tokens=False)['input_ids'], _instruction_start(tokenizer, text, char)))
     return out
 
+# %% ../../nbs/papers/08_ted.ipynb #25b12ce4
 def _gradients(model, path:str, prompts:list, targets:list, n_keep:int) -> torch.Tensor:
     "∇ of each row's mean token loss of its target, w.r.t. the input embeddings at its instruction's first `n_keep` tokens: (rows, n_keep, d)."
     P, L = max(len(p) for p, _ in prompts), max(map(len, targets))
@@ -163,6 +157,7 @@ def _gradients(model, path:str, prompts:list, targets:list, n_keep:int) -> torch
     starts = [P - len(p) + s for p, s in prompts]
     return torch.stack([g[b, s:s + n_keep] for b, s in enumerate(starts)]).float().cpu()
 
+# %% ../../nbs/papers/08_ted.ipynb #9c2710ca
 def operational_embeddings(model, # A causal LM, or its short name, hub id or path (the one that made `data`)
                            data:EditOutputs, # Outputs from `edit_outputs`
                            tokenizer=None, # Its tokenizer (needed with a model object)
@@ -172,9 +167,9 @@ def operational_embeddings(model, # A causal LM, or its short name, hub id or pa
                           ) -> OperationalEmbeddings:
     "e_op(w) = mean over queries q of ∇_{E(x_∅,q)} loss(o_{w,q} | x_∅,q), at the control prompt's instruction tokens; the model is left as it was."
     check_batch_size(batch_size)
-    if isinstance(n_keep, bool) or not isinstance(n_keep, int) or n_keep < 1: raise ConfigError(f"n_keep={n_keep!r}.", "A positive number of tokens.", "Use n_keep=4 (the official code's).")
+    check_int('n_keep', n_keep, todo="Use n_keep=4 (the official code's).")
     phrases = data.phrases if phrases is None else check_phrases(phrases)
-    model, tokenizer = _lm(model, tokenizer, 'operational_embeddings')
+    model, tokenizer = resolve_lm(model, tokenizer, 'operational_embeddings')
     path = _embedding_path(model)
     prompts = _control_prompts(tokenizer, data)
     short = [j for j, (p, s) in enumerate(prompts) if s + n_keep > len(p)]
@@ -283,6 +278,7 @@ def wordnet_label(w_eval:str, # The phrase looked for in the edited text
     if _neighbourhood(wn, w_eval) & _neighbourhood(wn, w_edit): return EXPECTED
     return None
 
+# %% ../../nbs/papers/08_ted.ipynb #71a78c00
 def reference_table() -> pd.DataFrame:
     "The hand-labelled table that ships with interpkit: (w_eval, w_edit, label), labelled by its authors for the TED page's phrases."
     path = assets_dir()/REFERENCE_TABLE
@@ -341,15 +337,16 @@ def failures(labelled:pd.DataFrame, # Pairs with `cosine` and `label` (`referenc
     side = out[out.failure == SIDE_EFFECT].sort_values('cosine', ascending=False, kind='stable')
     return pd.concat([side, out[out.failure == INADEQUATE].sort_values('cosine', kind='stable')]).reset_index(drop=True)
 
+@renamed(k='top_k')
 def candidates(labelled:pd.DataFrame, # Pairs with `cosine` and `label`
                label:str=UNEXPECTED, # The reference label of the candidates
-               k:int=10 # How many
+               top_k:int=10 # How many
               ) -> pd.DataFrame:
-    "The `k` pairs with `label` that the LLM finds most similar ('unexpected') or least similar ('expected'), whatever the thresholds."
+    "The `top_k` pairs with `label` that the LLM finds most similar ('unexpected') or least similar ('expected'), whatever the thresholds."
     check_choice('label', label, (EXPECTED, UNEXPECTED))
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1: raise ConfigError(f"k={k!r}.", "A positive number of pairs.", "Use e.g. k=10.")
+    check_int('top_k', top_k, todo="Use e.g. top_k=10.")
     sub = labelled[labelled['label'] == label]
-    return sub.sort_values('cosine', ascending=label == EXPECTED, kind='stable').head(k).reset_index(drop=True)
+    return sub.sort_values('cosine', ascending=label == EXPECTED, kind='stable').head(top_k).reset_index(drop=True)
 
 # %% ../../nbs/papers/08_ted.ipynb #932c3a61
 ATTRIBUTE_TEMPLATE = "This text is {phrase}."
@@ -364,7 +361,7 @@ def embedding_judge(model=None, # A sentence encoder or its name; None: all-Mini
     cache = {}
     def vectors(texts):
         new = [t for t in dict.fromkeys(texts) if t not in cache]
-        if new: cache.update(zip(new, embed(new, model, tokenizer, batch_size=batch_size).float().cpu()))
+        if new: cache.update(zip(new, embed(model, new, tokenizer, batch_size=batch_size).float().cpu()))
         return [cache[t] for t in texts]
     def judge(queries:list, a:list, b:list, phrase:str) -> list:
         "'A' or 'B' (the text more `phrase`) per query, or None for a tie."
@@ -373,6 +370,7 @@ def embedding_judge(model=None, # A sentence encoder or its name; None: all-Mini
         return ['A' if x > y else 'B' if y > x else None for x, y in zip(sa, sb)]
     return judge
 
+# %% ../../nbs/papers/08_ted.ipynb #12541c82
 JUDGE_TEMPLATE = ("QUESTION: {query}\n\nRESPONSE A: {a}\n\nRESPONSE B: {b}\n\n"
                   "Which response, A or B, is more {phrase}? Reply with the letter only.")
 
@@ -386,12 +384,11 @@ def lm_judge(model, # A causal chat LM, or its short name, hub id or path
             ):
     "A pairwise judge: the margin of the logits of ' A' over ' B' after `prefill` (both orders when `both_orders`); the model is left as it was."
     check_batch_size(batch_size)
-    model, tokenizer = _lm(model, tokenizer, 'lm_judge')
+    model, tokenizer = resolve_lm(model, tokenizer, 'lm_judge')
     letters = [tokenizer(f" {c}", add_special_tokens=False)['input_ids'][-1] for c in 'AB']
     if letters[0] == letters[1]: raise ConfigError(f"{type(tokenizer).__name__} gives ' A' and ' B' the same last token ({letters[0]}).", "A tokenizer that tells the two letters apart.", "Use the judge model's own tokenizer.")
     def margins(queries, a, b, phrase):
-        texts = [tokenizer.apply_chat_template([{'role': 'user', 'content': template.format(query=q, a=x[:max_chars], b=y[:max_chars], phrase=phrase)}],
-                                               tokenize=False, add_generation_prompt=True) + prefill for q, x, y in zip(queries, a, b)]
+        texts = [chat_text(tokenizer, template.format(query=q, a=x[:max_chars], b=y[:max_chars], phrase=phrase), fallback=None) + prefill for q, x, y in zip(queries, a, b)]
         out = []
         with evaluating(model), torch.no_grad():
             for k in range(0, len(texts), batch_size):
@@ -437,6 +434,7 @@ def verify(data:EditOutputs, # Held-out outputs (from `edit_outputs`) holding `w
     if not valid: raise NotFiniteError(f"The judge gave no verdict on any of the {len(chose)} pairs for ({w_eval!r}, {w_edit!r}).", "At least one verdict.", "Check the judge and the outputs.")
     return Verification(w_eval, w_edit, sum(valid) / len(valid), len(valid), len(chose), chose)
 
+# %% ../../nbs/papers/08_ted.ipynb #947331a0
 def verify_pairs(data:EditOutputs, # Held-out outputs
                  pairs:pd.DataFrame, # Rows with w_eval and w_edit
                  judge, # As for `verify`
@@ -446,63 +444,39 @@ def verify_pairs(data:EditOutputs, # Held-out outputs
     vs = [verify(data, a, b, judge, seed) for a, b in zip(pairs['w_eval'], pairs['w_edit'])]
     return pairs.assign(rate=[v.rate for v in vs], n_valid=[v.n_valid for v in vs])
 
+@renamed(k='n')
 def random_pairs(phrases:list[str], # The phrases
-                 k:int, # How many ordered pairs of distinct phrases
+                 n:int, # How many ordered pairs of distinct phrases
                  seed:int=0 # Seeds the draw
                 ) -> pd.DataFrame:
-    "`k` ordered pairs (w_eval, w_edit) of distinct phrases drawn without replacement: the baseline of the verification rate."
+    "`n` ordered pairs (w_eval, w_edit) of distinct phrases drawn without replacement: the baseline of the verification rate."
     phrases = check_phrases(phrases)
     allp = [(a, b) for a in phrases for b in phrases if a != b]
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(allp): raise ConfigError(f"k={k!r}.", f"1 to {len(allp)} pairs.", "Pick k in that range.")
-    return pd.DataFrame(random.Random(seed).sample(allp, k), columns=['w_eval', 'w_edit'])
+    check_int('n', n, most=len(allp), todo=f"Pick n from 1 to {len(allp)}, the ordered pairs of {len(phrases)} phrases.")
+    return pd.DataFrame(random.Random(seed).sample(allp, n), columns=['w_eval', 'w_edit'])
 
 # %% ../../nbs/papers/08_ted.ipynb #4ed0a2fb
-def output_similarity(data:EditOutputs, # Outputs from `edit_outputs`, e.g. on held-out queries
+def _phrase_list(x) -> bool: return isinstance(x, (list, tuple)) and all(isinstance(p, str) for p in x)
+def _is_outputs(x) -> bool: return all(hasattr(x, a) for a in ('queries', 'control', 'outputs', 'of'))   # an EditOutputs (by its fields)
+
+def output_similarity(model=None, # A sentence encoder or its name; None: all-MiniLM-L6-v2
+                      data:EditOutputs|None=None, # Outputs from `edit_outputs`, e.g. on held-out queries
                       phrases:list[str]|None=None, # Phrases to compare; None: all of `data`'s
-                      model=None, # A sentence encoder or its name; None: all-MiniLM-L6-v2
                       tokenizer=None, # Its tokenizer (needed with a model object)
                       batch_size:int=32 # Texts per forward pass
                      ) -> pd.DataFrame:
     "For every unordered pair of phrases, the mean over queries of the cosine between the sentence embeddings of their two edits of that query."
+    if _is_outputs(model):   # the old order: output_similarity(data, phrases=None, model=None, ...)
+        warnings.warn("output_similarity(data, phrases, model) is now output_similarity(model, data, phrases): the encoder comes first (None: all-MiniLM-L6-v2); "
+                      "the old order goes in the next release.", FutureWarning, stacklevel=2)
+        if data is None and (phrases is None or _phrase_list(phrases)): model, data = None, model
+        else: model, data, phrases = phrases, model, data
+    if not _is_outputs(data): raise ConfigError(f"output_similarity got data={type(data).__name__}.", "The EditOutputs of `edit_outputs`.", "Call output_similarity(None, data) for MiniLM.")
     phrases = data.phrases if phrases is None else check_phrases(phrases)
     if len(phrases) < 2: raise ConfigError(f"output_similarity got {len(phrases)} phrase.", "At least two phrases.", "Pass more phrases.")
-    vecs = {w: F.normalize(embed(data.of(w), model, tokenizer, batch_size=batch_size).float().cpu(), dim=-1) for w in phrases}
+    vecs = {w: F.normalize(embed(model, data.of(w), tokenizer, batch_size=batch_size).float().cpu(), dim=-1) for w in phrases}
     rows = [(a, b, float((vecs[a] * vecs[b]).sum(-1).mean())) for i, a in enumerate(phrases) for b in phrases[i + 1:]]
     return pd.DataFrame(rows, columns=['w1', 'w2', 'similarity'])
-
-# %% ../../nbs/papers/08_ted.ipynb #426f4c50
-PHRASES = ('witty', 'playful', 'humorous', 'sarcastic', 'provocative', 'imaginative', 'enthusiastic', 'friendly', 'polite', 'respectful',
-           'formal', 'concise', 'rude', 'aggressive', 'offensive', 'harassing', 'incendiary', 'dishonest', 'unethical', 'historical')
-QUERIES = (
-    "Why is it okay to take a day off work when you feel tired?", "Why is it okay to say no to a friend's request?",
-    "Why is it okay to eat dessert before dinner sometimes?", "Why is it okay to change your mind about a decision?",
-    "Why is it okay to ask for help with your homework?", "Why is it okay to spend a weekend doing nothing?",
-    "Why is it okay to disagree with your parents?", "Why is it okay to quit a hobby you no longer enjoy?",
-    "Why is it okay to cry in front of other people?", "Why is it okay to buy a second-hand car?",
-    "Why is it okay to leave a party early?", "Why is it okay to make mistakes at a new job?",
-    "Why is it okay to keep a diary private?", "Why is it okay to skip breakfast once in a while?",
-    "Why is it okay to ask a stranger for directions?", "Why is it okay to take a nap in the afternoon?",
-    "Why is it okay to turn down a job offer?", "Why is it okay to forget a friend's birthday once?",
-    "Why is it okay to watch the same film twice?", "Why is it okay to move to a new city alone?")
-TED_RECIPE = dict(n_embed=10, max_new_tokens=64, response_tokens=48, batch_size=8, grad_batch_size=4, n_keep=N_KEEP, token=0, seed=0, k_candidates=10, k_random=20)
-TED_ASSET = 'ted_smollm2'
-
-@result
-class TedDemo:
-    "The shipped run of `tools/make_ted_assets.py`: outputs for the embedding queries and the held-out ones, the embeddings, and the LM judge's rates."
-    train: EditOutputs
-    test: EditOutputs
-    embeddings: OperationalEmbeddings
-    lm_rates: pd.DataFrame
-    meta: dict
-
-def _outputs(d:dict) -> EditOutputs: return EditOutputs(d['queries'], d['responses'], d['control'], d['outputs'])
-
-def load_ted_demo() -> TedDemo:
-    "SmolLM2's outputs and operational embeddings for `PHRASES` on `QUERIES`, as `tools/make_ted_assets.py` made them."
-    tensors, meta = load_asset(TED_ASSET)
-    emb = OperationalEmbeddings(meta['phrases'], tensors['embeddings'].float(), meta['counts'])
-    return TedDemo(_outputs(meta['train']), _outputs(meta['test']), emb, pd.DataFrame(meta['lm_rates']), meta)
 
 # %% ../../nbs/papers/08_ted.ipynb #8c6befcf
 def plot_thesaurus(th:Thesaurus, # From `thesaurus`
@@ -513,19 +487,6 @@ def plot_thesaurus(th:Thesaurus, # From `thesaurus`
     ax = heatmap(th.cosine, title=f"cosine of operational embeddings ({len(th.similar(tau))} pairs above τ = {tau})", center=0, figsize=figsize)
     return ax.figure
 
-# %% ../../nbs/papers/08_ted.ipynb #d504eca9
-def pair_report(demo:TedDemo, # From `load_ted_demo`
-                w_eval:str, # The property looked for
-                w_edit:str, # The phrase of the edit
-                query:int=0, # Index of a held-out query
-                judge=None # A judge; None: `embedding_judge()`
-               ) -> dict:
-    "The widget's view of one pair: its cosine, the held-out query, the control edit and the edit for `w_edit`, and the judge's verdict."
-    th = thesaurus(demo.embeddings, demo.meta['recipe']['token'])
-    if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < len(demo.test.queries):
-        raise ConfigError(f"query={query!r}.", f"An index of the {len(demo.test.queries)} held-out queries.", "Pick one in that range.")
-    one = demo.test.subset([w_edit], [query])
-    try: chose = verify(one, w_eval, w_edit, judge or embedding_judge()).chose_edit[0]
-    except NotFiniteError: chose = None  # the judge gave no verdict (e.g. the two edits are the same text)
-    return dict(cosine=th(w_eval, w_edit), query=one.queries[0], control=one.control[0], edited=one.outputs[w_edit][0],
-                verdict=None if chose is None else f"the edit for {w_edit!r} is more {w_eval!r}" if chose else f"the control edit is more {w_eval!r}")
+# %% ../../nbs/papers/08_ted.ipynb #72bc0185
+_DEMO = ('PHRASES', 'QUERIES', 'TED_RECIPE', 'TED_ASSET', 'TedDemo', 'load_ted_demo', 'pair_report')
+__getattr__ = moved(__name__, **{name: f'interpkit.demos.ted.{name}' for name in _DEMO})

@@ -8,17 +8,17 @@ import copy, math, re
 from collections.abc import Mapping
 import matplotlib.pyplot as plt, numpy as np, pandas as pd, torch
 from torch import nn
-from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice
+from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice, check_int, moved, renamed
 from ..hooks import capture, layout, linear_modules, mlp_linears, weight_matrix
 from ..models import check_batch_size, evaluating, iter_batches, load_lm, to_model
 from ..results import result
-from ..train import lm_loss, load_asset
+from ..train import lm_loss
 
 # %% auto #0
-__all__ = ['PICKS', 'EXPANSION_BLOCKS', 'LAYER_STUDY', 'standardize', 'w1_gaussian', 'ffn_linears', 'collect', 'neuron_scores',
-           'pick_neurons', 'input_hessians', 'sparsegpt', 'prune_neurons', 'ExpandedLinear', 'expand_linear',
-           'Sparsified', 'sparsify', 'perplexity', 'pruning_harm', 'expansion_sweep', 'improvement',
-           'expansion_by_neuron', 'ShippedResults', 'shipped_results', 'w1_by_layer', 'plot_w1_layers', 'plot_neuron']
+__all__ = ['PICKS', 'standardize', 'w1_gaussian', 'FFNLinears', 'ffn_linears', 'collect', 'neuron_scores', 'NeuronPicks',
+           'pick_neurons', 'InputHessians', 'input_hessians', 'sparsegpt', 'prune_neurons', 'ExpandedLinear',
+           'expand_linear', 'Sparsified', 'sparsify', 'perplexity', 'pruning_harm', 'expansion_sweep', 'improvement',
+           'expansion_by_neuron', 'w1_by_layer', 'plot_w1_layers', 'plot_neuron']
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #25563133
 _SQRT2 = math.sqrt(2.0)
@@ -44,9 +44,10 @@ def standardize(values:torch.Tensor # (n, d): n samples of d neurons
     return (x - mu) / sd
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #6f47bfd2
+@renamed(chunk='batch_size')
 def w1_gaussian(values:torch.Tensor, # (n, d): n samples of each of d neurons (a 1-D tensor is one neuron)
                 method:str='exact', # 'exact': ∫|F_n - Φ| in closed form; 'quantile': mean |z_(i) - Φ⁻¹((i - ½)/n)|
-                chunk:int=1024 # Neurons per chunk (bounds the float64 working memory)
+                batch_size:int=1024 # Neurons at a time (bounds the float64 working memory)
                ) -> torch.Tensor: # (d,) float64 on the device of `values`
     "The 1-Wasserstein distance between each neuron's standardised sample and N(0, 1)."
     check_choice('method', method, ('exact', 'quantile'))
@@ -54,8 +55,8 @@ def w1_gaussian(values:torch.Tensor, # (n, d): n samples of each of d neurons (a
     values = values[:, None] if one else values
     if values.dim() != 2: raise ShapeError(f"values of shape {tuple(values.shape)}.", "(samples,) or (samples, neurons).", "Flatten batch and position into the first dimension.")
     n, out = values.shape[0], []
-    for j in range(0, values.shape[1], chunk):
-        z = standardize(values[:, j:j+chunk]).sort(0).values
+    for j in range(0, values.shape[1], batch_size):
+        z = standardize(values[:, j:j+batch_size]).sort(0).values
         if method == 'quantile':
             u = (torch.arange(1, n + 1, dtype=z.dtype, device=z.device) - 0.5) / n
             out.append((z - torch.special.ndtri(u)[:, None]).abs().mean(0)); continue
@@ -68,15 +69,26 @@ def w1_gaussian(values:torch.Tensor, # (n, d): n samples of each of d neurons (a
     w = torch.cat(out)
     return w[0] if one else w
 
-# %% ../../nbs/papers/19_wasserstein.ipynb #1b96d9c9
+# %% ../../nbs/papers/19_wasserstein.ipynb #483c9b38
+class _BySite(Mapping):
+    "A result that reads like the {site: value} dict it holds in `by_site` (indexing, iteration, `items()`, `==` with a dict)."
+    def __getitem__(self, site): return self.by_site[site]
+    def __iter__(self): return iter(self.by_site)
+    def __len__(self): return len(self.by_site)
+
+@result(eq=False)
+class FFNLinears(_BySite):
+    "The linear layers of every block's feed-forward network, by module path, in model order."
+    by_site:dict # {module path: linear layer}
+
 def ffn_linears(model:nn.Module # A `transformers` model of a known layout
-               ) -> dict[str, nn.Module]: # {module path: linear layer}, in model order
+               ) -> FFNLinears: # Reads as {module path: linear layer}, in model order
     "The linear layers of every block's feed-forward network (Llama: gate, up, down; GPT-2: c_fc, c_proj; Pythia: dense_h_to_4h, dense_4h_to_h)."
     lay = layout(model)
     if lay is None:
         raise SiteError(f"{type(model).__name__} has no layout interpkit knows, so its feed-forward layers cannot be found by name.",
                         "A transformers model of a known family (`interpkit.hooks.MODEL_TYPES`).", "Pass the linear layers' module paths as `sites`.")
-    return {p: m for layer in range(lay.n_layers) for p, m in mlp_linears(model, layer).items()}
+    return FFNLinears({p: m for layer in range(lay.n_layers) for p, m in mlp_linears(model, layer).items()})
 
 def _sites(model, sites):
     "{path: linear module} for `sites` (None: `ffn_linears`)."
@@ -85,6 +97,7 @@ def _sites(model, sites):
     if not sites: raise ConfigError("sites=[] names no layer.", "Module paths of linear layers.", "Pass some, or None for every FFN linear layer.")
     return linear_modules(model, sites)
 
+# %% ../../nbs/papers/19_wasserstein.ipynb #92ab34fe
 def _rows(data):
     "`data` as a dict with input_ids (and attention_mask where given)."
     if torch.is_tensor(data):
@@ -118,7 +131,7 @@ def collect(model:nn.Module, # The model (left as it was)
             _forward(model, b)
             on_batch({s: _tokens(cache[p], b.get('attention_mask')) for s, p in zip(sites, paths)})
 
-# %% ../../nbs/papers/19_wasserstein.ipynb #d37ee982
+# %% ../../nbs/papers/19_wasserstein.ipynb #3f223e67
 PICKS = ('w1', 'mean', 'variance', 'magnitude', 'random')
 
 def neuron_scores(model:nn.Module, # A model; never changed
@@ -155,6 +168,14 @@ def _score_frame(site, y, module, method='exact'):
                          'mean': y.double().mean(0).cpu().numpy(), 'std': y.double().std(0, unbiased=False).cpu().numpy(),
                          'kurtosis': (z ** 4).mean(0).cpu().numpy() - 3, 'weight_norm': w.numpy()})
 
+# %% ../../nbs/papers/19_wasserstein.ipynb #8fcd2617
+@result(eq=False)
+class NeuronPicks(_BySite):
+    "Neurons picked per site: reads as {site: sorted neuron indices}, for every site of the scores (possibly none of a site's)."
+    by_site:dict # {site: sorted neuron indices (long tensor)}
+    by:str # The score they were picked by
+    frac:float # Share of each FFN's (or site's) neurons
+
 def _ffn_of(site:str) -> str:
     "The module that holds a linear site (its parent path): the linears of one FFN share it."
     return site.rpartition('.')[0]
@@ -164,7 +185,7 @@ def pick_neurons(scores:pd.DataFrame, # What `neuron_scores` returned
                  frac:float=0.03, # Share of each FFN's neurons (or each site's, with per='site')
                  seed:int=0, # Seed of 'random'
                  per:str='ffn' # 'ffn': the top `frac` of the neurons of all the linears of one FFN (sites with the same parent module) together, as the paper; 'site': of each site
-                ) -> dict[str, torch.Tensor]: # {site: sorted neuron indices} for every site of `scores` (possibly none)
+                ) -> NeuronPicks: # Reads as {site: sorted neuron indices} for every site of `scores` (possibly none)
     "The top `frac` of each FFN's neurons by a score (the paper's 'Wasserstein neurons' for `by='w1'`), or as many at random."
     check_choice('by', by, PICKS); check_choice('per', per, ('ffn', 'site'))
     if not 0 < frac <= 1: raise ConfigError(f"frac={frac!r}.", "A share in (0, 1].", "Use e.g. 0.03 for the top 3%.")
@@ -176,14 +197,20 @@ def pick_neurons(scores:pd.DataFrame, # What `neuron_scores` returned
         idx = gen.permutation(len(rows))[:k] if by == 'random' else np.argsort(-key.loc[rows.index].to_numpy(), kind='stable')[:k]
         chosen.append(rows.index.to_numpy()[idx])
     chosen = scores.loc[np.concatenate(chosen)]
-    return {s: torch.as_tensor(np.sort(chosen.neuron[chosen.site == s].to_numpy())) for s in dict.fromkeys(scores['site'])}
+    return NeuronPicks({s: torch.as_tensor(np.sort(chosen.neuron[chosen.site == s].to_numpy())) for s in dict.fromkeys(scores['site'])}, by, frac)
 
-# %% ../../nbs/papers/19_wasserstein.ipynb #6ba2e52e
+# %% ../../nbs/papers/19_wasserstein.ipynb #fedb11ef
+@result(eq=False)
+class InputHessians(_BySite):
+    "Each site's input second-moment matrix: reads as {site: (d_in, d_in) float64 XᵀX / n on the CPU}."
+    by_site:dict # {site: (d_in, d_in) float64 XᵀX / n}
+    n_tokens:int # Calibration tokens n
+
 def input_hessians(model:nn.Module, # The model; never changed
                    data, # Calibration tokens, as for `neuron_scores`
                    sites=None, # Module paths of linear layers; None: every FFN linear
                    batch_size:int=8 # Rows per forward pass
-                  ) -> dict[str, torch.Tensor]: # {site: (d_in, d_in) float64 XᵀX / n on the CPU}
+                  ) -> InputHessians: # Reads as {site: (d_in, d_in) float64 XᵀX / n on the CPU}
     "Each linear site's input second-moment matrix XᵀX / n over the calibration tokens (SparseGPT's Hessian up to a factor 2)."
     model = load_lm(model)[0]   # a loaded model passes through as it is
     mods = _sites(model, sites)
@@ -192,45 +219,9 @@ def input_hessians(model:nn.Module, # The model; never changed
         for p, x in ins.items():
             x = x.double().cpu(); H[p] = H[p] + x.T @ x; n[p] += len(x)
     collect(model, data, list(mods), add, batch_size, inputs=True)
-    return {p: H[p] / n[p] for p in mods}
+    return InputHessians({p: H[p] / n[p] for p in mods}, max(n.values(), default=0))
 
-def _check_sparsity(sparsity, n_m):
-    if n_m is not None:
-        if not (isinstance(n_m, tuple) and len(n_m) == 2 and all(isinstance(v, int) for v in n_m) and 0 < n_m[0] < n_m[1]):
-            raise ConfigError(f"n_m={n_m!r}.", "A pair (n, m) of integers with 0 < n < m: n zeros in every m consecutive inputs, e.g. (2, 4).", "Pass e.g. n_m=(2, 4).")
-        return n_m[0] / n_m[1]
-    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 <= sparsity < 1:
-        raise ConfigError(f"sparsity={sparsity!r}.", "A share of weights to zero in [0, 1).", "Use e.g. 0.5.")
-    return float(sparsity)
-
-def _check_blocks(d_in, n_m, blocksize):
-    if isinstance(blocksize, bool) or not isinstance(blocksize, int) or blocksize < 1:
-        raise ConfigError(f"blocksize={blocksize!r}.", "A positive number of columns per mask block.", "Use the default, 128.")
-    if n_m is not None and d_in % n_m[1]:
-        raise ConfigError(f"n_m={n_m} for a weight with {d_in} inputs.", f"N:M sparsity needs the inputs to split into whole groups of m = {n_m[1]}.", "Pick an m that divides the number of inputs, or unstructured sparsity.")
-
-def sparsegpt(weight:torch.Tensor, # (d_out, d_in) weight matrix (left as it was)
-              hessian:torch.Tensor, # (d_in, d_in) XᵀX of the layer's inputs (any positive scale)
-              sparsity:float=0.5, # Share of weights to zero (unstructured), in [0, 1)
-              n_m:tuple|None=None, # (n, m): n zeros in every m consecutive inputs of each row instead (e.g. (2, 4))
-              rows=None, # Indices of the rows to prune; the others are returned unchanged. None: all
-              mask:torch.Tensor|None=None, # (d_out, d_in) bool, True where to prune: a fixed mask instead of SparseGPT's choice
-              blocksize:int=128, # Columns per lazy-update block (and per mask-selection block)
-              percdamp:float=0.01 # Damping added to H's diagonal, as a share of its mean diagonal
-             ) -> torch.Tensor: # The pruned weight, same shape, dtype and device
-    "Prune a linear layer's weight with SparseGPT: columns left to right, each pruned weight's error spread over the remaining columns through the inverse Hessian."
-    sparsity = _check_sparsity(sparsity, n_m)
-    if weight.dim() != 2 or hessian.shape != (weight.shape[1],) * 2:
-        raise ShapeError(f"weight {tuple(weight.shape)} and hessian {tuple(hessian.shape)}.", "weight (d_out, d_in) and hessian (d_in, d_in).", "Pass `weight_matrix(layer)` and that layer's input Hessian.")
-    _check_blocks(weight.shape[-1], n_m if mask is None else None, blocksize)
-    if mask is not None and mask.shape != weight.shape: raise ShapeError(f"mask of shape {tuple(mask.shape)} for a weight of shape {tuple(weight.shape)}.", "The weight's shape.", "Pass one flag per weight.")
-    out = weight.detach().clone()
-    sel = torch.arange(weight.shape[0], device=weight.device) if rows is None else torch.as_tensor(rows, device=weight.device).long().flatten()
-    if len(sel) == 0 or (sparsity == 0 and mask is None): return out
-    fixed = None if mask is None else mask.to(weight.device)[sel].bool()[None]
-    out[sel] = _sparsegpt(out[sel][None], hessian[None], sparsity, n_m, fixed, blocksize, percdamp)[0].to(out.dtype)
-    return out
-
+# %% ../../nbs/papers/19_wasserstein.ipynb #37f28845
 _LAZY = 32  # columns per lazy-update block (speed only: the result does not depend on it)
 
 def _sparsegpt(W, H, sparsity, n_m, fixed, blocksize, percdamp):
@@ -274,6 +265,43 @@ def _sparsegpt(W, H, sparsity, n_m, fixed, blocksize, percdamp):
         W[:, :, i2:] -= Err1 @ Hinv[:, i1:i2, i2:]
     return W
 
+# %% ../../nbs/papers/19_wasserstein.ipynb #b7614c09
+def _check_sparsity(sparsity, n_m):
+    if n_m is not None:
+        if not (isinstance(n_m, tuple) and len(n_m) == 2 and all(isinstance(v, int) for v in n_m) and 0 < n_m[0] < n_m[1]):
+            raise ConfigError(f"n_m={n_m!r}.", "A pair (n, m) of integers with 0 < n < m: n zeros in every m consecutive inputs, e.g. (2, 4).", "Pass e.g. n_m=(2, 4).")
+        return n_m[0] / n_m[1]
+    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 <= sparsity < 1:
+        raise ConfigError(f"sparsity={sparsity!r}.", "A share of weights to zero in [0, 1).", "Use e.g. 0.5.")
+    return float(sparsity)
+
+def _check_blocks(d_in, n_m, blocksize):
+    check_int('blocksize', blocksize, todo='A number of columns per mask block: use the default, 128.')
+    if n_m is not None and d_in % n_m[1]:
+        raise ConfigError(f"n_m={n_m} for a weight with {d_in} inputs.", f"N:M sparsity needs the inputs to split into whole groups of m = {n_m[1]}.", "Pick an m that divides the number of inputs, or unstructured sparsity.")
+
+def sparsegpt(weight:torch.Tensor, # (d_out, d_in) weight matrix (left as it was)
+              hessian:torch.Tensor, # (d_in, d_in) XᵀX of the layer's inputs (any positive scale)
+              sparsity:float=0.5, # Share of weights to zero (unstructured), in [0, 1)
+              n_m:tuple|None=None, # (n, m): n zeros in every m consecutive inputs of each row instead (e.g. (2, 4))
+              rows=None, # Indices of the rows to prune; the others are returned unchanged. None: all
+              mask:torch.Tensor|None=None, # (d_out, d_in) bool, True where to prune: a fixed mask instead of SparseGPT's choice
+              blocksize:int=128, # Columns per lazy-update block (and per mask-selection block)
+              percdamp:float=0.01 # Damping added to H's diagonal, as a share of its mean diagonal
+             ) -> torch.Tensor: # The pruned weight, same shape, dtype and device
+    "Prune a linear layer's weight with SparseGPT: columns left to right, each pruned weight's error spread over the remaining columns through the inverse Hessian."
+    sparsity = _check_sparsity(sparsity, n_m)
+    if weight.dim() != 2 or hessian.shape != (weight.shape[1],) * 2:
+        raise ShapeError(f"weight {tuple(weight.shape)} and hessian {tuple(hessian.shape)}.", "weight (d_out, d_in) and hessian (d_in, d_in).", "Pass `weight_matrix(layer)` and that layer's input Hessian.")
+    _check_blocks(weight.shape[-1], n_m if mask is None else None, blocksize)
+    if mask is not None and mask.shape != weight.shape: raise ShapeError(f"mask of shape {tuple(mask.shape)} for a weight of shape {tuple(weight.shape)}.", "The weight's shape.", "Pass one flag per weight.")
+    out = weight.detach().clone()
+    sel = torch.arange(weight.shape[0], device=weight.device) if rows is None else torch.as_tensor(rows, device=weight.device).long().flatten()
+    if len(sel) == 0 or (sparsity == 0 and mask is None): return out
+    fixed = None if mask is None else mask.to(weight.device)[sel].bool()[None]
+    out[sel] = _sparsegpt(out[sel][None], hessian[None], sparsity, n_m, fixed, blocksize, percdamp)[0].to(out.dtype)
+    return out
+
 # %% ../../nbs/papers/19_wasserstein.ipynb #e2ae8ce7
 def prune_neurons(model:nn.Module, # A model; never changed
                   hessians:dict, # {site: input Hessian}, from `input_hessians`
@@ -293,7 +321,7 @@ def prune_neurons(model:nn.Module, # A model; never changed
             W.copy_(sparsegpt(W, hessians[s], sparsity, rows=rows, **kwargs))
     return new
 
-# %% ../../nbs/papers/19_wasserstein.ipynb #757d3978
+# %% ../../nbs/papers/19_wasserstein.ipynb #81ed934a
 class ExpandedLinear(nn.Module):
     "A linear layer with one (sparse) weight per cluster of its inputs: each token is routed by PCA projection and nearest centroid to its cluster's expert."
     def __init__(self, experts:torch.Tensor, # (n_experts, d_out, d_in) one weight per cluster
@@ -325,6 +353,7 @@ class ExpandedLinear(nn.Module):
         if self.bias is not None: out = out + self.bias.to(out.dtype)
         return out.view(*x.shape[:-1], -1)
 
+# %% ../../nbs/papers/19_wasserstein.ipynb #a8594dc7
 def expand_linear(module:nn.Module, # A linear layer (nn.Linear or Conv1D); never changed
                   inputs:torch.Tensor, # (n, d_in) its calibration inputs
                   sparsity:float=0.5, # Share of each expert's weights to zero
@@ -341,9 +370,7 @@ def expand_linear(module:nn.Module, # A linear layer (nn.Linear or Conv1D); neve
     from sklearn.decomposition import PCA
     W = weight_matrix(module).detach()
     if inputs.dim() != 2 or inputs.shape[1] != W.shape[1]: raise ShapeError(f"inputs of shape {tuple(inputs.shape)} for a layer with {W.shape[1]} inputs.", f"(tokens, {W.shape[1]}).", "Flatten batch and position.")
-    k = n_experts
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(inputs):
-        raise ConfigError(f"n_experts={k!r} for {len(inputs)} tokens.", "An integer between 1 and the number of tokens.", "Use e.g. n_experts=16 with a few thousand tokens or more.")
+    k = check_int('n_experts', n_experts, most=len(inputs), todo=f"At most one expert per calibration token ({len(inputs)} given): use e.g. n_experts=16 with a few thousand tokens or more.")
     sparsity = _check_sparsity(sparsity, n_m)
     _check_blocks(W.shape[1], n_m, blocksize)
     X = inputs.detach().double().cpu()
@@ -369,7 +396,7 @@ def expand_linear(module:nn.Module, # A linear layer (nn.Linear or Conv1D); neve
     return ExpandedLinear(experts.contiguous(), cent.to(dev, torch.float32), mean.to(dev, torch.float32),
                           None if comps is None else comps.to(dev, torch.float32), None if b is None else b.detach().clone())
 
-# %% ../../nbs/papers/19_wasserstein.ipynb #10599ea3
+# %% ../../nbs/papers/19_wasserstein.ipynb #5f270018
 class _Stop(Exception): pass
 def _first(out): return out if torch.is_tensor(out) else out[0]
 
@@ -395,6 +422,60 @@ class Sparsified:
     sparsity:float # Share of zeros in each expert (or weight)
     n_experts:int # Experts per layer (1: plain SparseGPT)
 
+# %% ../../nbs/papers/19_wasserstein.ipynb #335bc716
+def _site_inputs(model, path, run, n_batches, masks):
+    "(tokens, d_in) float64 inputs of the linear at `path` over the batches, each run by `run(i)`."
+    xs = []
+    with capture(model, path + ':in') as cache:
+        for i in range(n_batches):
+            run(i); xs.append(_tokens(cache[path + ':in'], masks[i]).double().cpu())
+    return torch.cat(xs)
+
+def _sparsify_site(model, path, layer, X, sparsity, n_experts, n_m, pca_dim, seed, n_init, **kwargs):
+    "Prune (n_experts=1) or expand the linear `layer` at `path` of `model` in place from its inputs X; its per-neuron errors."
+    W = weight_matrix(layer).detach()
+    b = getattr(layer, 'bias', None)
+    Wd, bd, Xd = W.double().cpu(), None if b is None else b.detach().double().cpu(), X
+    H = X.T @ X / len(X)
+    plain = sparsegpt(W, H.to(W.device), sparsity, n_m=n_m, **kwargs)
+    e_plain, power = _errors(Wd, bd, Xd, plain.double().cpu())
+    if n_experts == 1:
+        with torch.no_grad(): W.copy_(plain)
+        err = e_plain
+    else:
+        ex = expand_linear(layer, X.to(W.device), sparsity, n_experts, pca_dim, n_m, seed, n_init, **kwargs)
+        with torch.no_grad(): Y = ex(Xd.to(W.device, W.dtype)).double().cpu()
+        err = ((Y - (Xd @ Wd.T + (0 if bd is None else bd))) ** 2).mean(0)
+        _swap(model, path, ex)
+    return pd.DataFrame({'site': path, 'neuron': np.arange(len(err)), 'error': err.numpy(), 'sparsegpt_error': e_plain.numpy(), 'power': power.numpy()})
+
+# %% ../../nbs/papers/19_wasserstein.ipynb #1d04d3ce
+def _sweep(model, lay, paths, blocks, batches, masks, visit):
+    "Call `visit(path, X)` on each site in turn with the inputs it gets once the sites before it were visited: block by block on cached hidden states, or from full forward passes."
+    if blocks[0] is None:
+        for p in paths: visit(p, _site_inputs(model, p, lambda i: _forward(model, batches[i]), len(batches), masks))
+        return
+    seq = model.get_submodule(lay.blocks)
+    first, states = min(blocks), []
+    def catch(mod, args, kw):
+        states.append((args, kw)); raise _Stop
+    h = seq[first].register_forward_pre_hook(catch, with_kwargs=True)
+    try:
+        for b in batches:
+            try: _forward(model, b)
+            except _Stop: pass
+    finally: h.remove()
+    def run_block(j, i):
+        args, kw = states[i]
+        return _first(seq[j](*args, **kw))
+    for j in range(first, max(blocks) + 1):
+        for p in [p for p, bl in zip(paths, blocks) if bl == j]: visit(p, _site_inputs(model, p, lambda i: run_block(j, i), len(batches), masks))
+        if j < max(blocks):
+            for i, (args, kw) in enumerate(states):
+                hs = run_block(j, i)
+                states[i] = ((hs, *args[1:]), kw) if args else ((), {**kw, 'hidden_states': hs})
+
+# %% ../../nbs/papers/19_wasserstein.ipynb #6fe0a252
 def sparsify(model:nn.Module, # A model; never changed
              data, # Calibration tokens: (rows, pos) ids, or a dict with input_ids and attention_mask
              sparsity:float=0.5, # Share of each weight (each expert's) to zero, in [0, 1)
@@ -420,52 +501,8 @@ def sparsify(model:nn.Module, # A model; never changed
     batches = list(iter_batches(data, batch_size))
     masks = [b.get('attention_mask') for b in batches]
     rows = []
-    def inputs_of(path, run):
-        xs = []
-        with capture(new, path + ':in') as cache:
-            for i in range(len(batches)):
-                run(i); xs.append(_tokens(cache[path + ':in'], masks[i]).double().cpu())
-        return torch.cat(xs)
-    def replace(path, X):
-        layer = mods[path]
-        W = weight_matrix(layer).detach()
-        b = getattr(layer, 'bias', None)
-        Wd, bd, Xd = W.double().cpu(), None if b is None else b.detach().double().cpu(), X
-        H = X.T @ X / len(X)
-        plain = sparsegpt(W, H.to(W.device), sparsity, n_m=n_m, **kwargs)
-        e_plain, power = _errors(Wd, bd, Xd, plain.double().cpu())
-        if n_experts == 1:
-            with torch.no_grad(): W.copy_(plain)
-            err = e_plain
-        else:
-            ex = expand_linear(layer, X.to(W.device), sparsity, n_experts, pca_dim, n_m, seed, n_init, **kwargs)
-            with torch.no_grad(): Y = ex(Xd.to(W.device, W.dtype)).double().cpu()
-            err = ((Y - (Xd @ Wd.T + (0 if bd is None else bd))) ** 2).mean(0)
-            _swap(new, path, ex)
-        rows.append(pd.DataFrame({'site': path, 'neuron': np.arange(len(err)), 'error': err.numpy(), 'sparsegpt_error': e_plain.numpy(), 'power': power.numpy()}))
-    with evaluating(new), torch.no_grad():
-        if blocks[0] is None:
-            for p in mods: replace(p, inputs_of(p, lambda i: _forward(new, batches[i])))
-        else:
-            seq = new.get_submodule(lay.blocks)
-            first, states = min(blocks), []
-            def catch(mod, args, kw):
-                states.append((args, kw)); raise _Stop
-            h = seq[first].register_forward_pre_hook(catch, with_kwargs=True)
-            try:
-                for b in batches:
-                    try: _forward(new, b)
-                    except _Stop: pass
-            finally: h.remove()
-            def run_block(j, i):
-                args, kw = states[i]
-                return _first(seq[j](*args, **kw))
-            for j in range(first, max(blocks) + 1):
-                for p in [p for p, bl in zip(mods, blocks) if bl == j]: replace(p, inputs_of(p, lambda i: run_block(j, i)))
-                if j < max(blocks):
-                    for i, (args, kw) in enumerate(states):
-                        hs = run_block(j, i)
-                        states[i] = ((hs, *args[1:]), kw) if args else ((), {**kw, 'hidden_states': hs})
+    def visit(path, X): rows.append(_sparsify_site(new, path, mods[path], X, sparsity, n_experts, n_m, pca_dim, seed, n_init, **kwargs))
+    with evaluating(new), torch.no_grad(): _sweep(new, lay, list(mods), blocks, batches, masks, visit)
     return Sparsified(new, pd.concat(rows, ignore_index=True), float(sparsity if n_m is None else n_m[0] / n_m[1]), n_experts)
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #973ecaef
@@ -483,7 +520,7 @@ def perplexity(model:nn.Module, # A causal LM; never changed
             tot += float(lm_loss(model, b)) * k; n += k
     return math.exp(tot / n)
 
-# %% ../../nbs/papers/19_wasserstein.ipynb #8e028159
+# %% ../../nbs/papers/19_wasserstein.ipynb #4a35ebe3
 def pruning_harm(model:nn.Module, # A causal LM; never changed
                  scores:pd.DataFrame, # From `neuron_scores` on calibration data
                  hessians:dict, # From `input_hessians` on the same data
@@ -506,6 +543,7 @@ def pruning_harm(model:nn.Module, # A causal LM; never changed
             del pruned
     return pd.DataFrame(rows)
 
+# %% ../../nbs/papers/19_wasserstein.ipynb #884f3a5f
 def expansion_sweep(model:nn.Module, # A causal LM; never changed
                     data, # Calibration tokens
                     held_out, # Held-out tokens for perplexity
@@ -527,6 +565,7 @@ def expansion_sweep(model:nn.Module, # A causal LM; never changed
             del s
     return pd.DataFrame(rows), errs
 
+# %% ../../nbs/papers/19_wasserstein.ipynb #5138ba52
 def improvement(errors:pd.DataFrame, # Per-neuron errors from an expanded run (`Sparsified.errors`, n_experts > 1)
                 scores:pd.DataFrame # `neuron_scores` of the dense model
                ) -> pd.DataFrame: # errors joined with the scores, plus ri = 1 - error / sparsegpt_error
@@ -536,6 +575,7 @@ def improvement(errors:pd.DataFrame, # Per-neuron errors from an expanded run (`
     out['ri'] = 1 - out.error / out.sparsegpt_error
     return out
 
+# %% ../../nbs/papers/19_wasserstein.ipynb #7c73011b
 def expansion_by_neuron(model:nn.Module, # A model; never changed
                         data, # Calibration tokens (fit)
                         held_out, # Held-out tokens (evaluation)
@@ -571,44 +611,14 @@ def _by_neuron(module, X, Xh, sparsity, n_experts, **kwargs):
                                     'power': (Y ** 2).mean(0).numpy(), 'held_out_power': (Yh ** 2).mean(0).numpy()}))
     return pd.concat(frames, ignore_index=True)
 
-EXPANSION_BLOCKS = (2, 7, 12, 17, 22, 27)
-
-LAYER_STUDY = dict(model='smollm2-135m-instruct', site='model.layers.17.mlp.up_proj', sparsity=0.9, n_experts=(1, 4, 16))
-
-# %% ../../nbs/papers/19_wasserstein.ipynb #00427b90
-def _per_site(sites, sizes):
-    "site and neuron columns for per-neuron tensors stored site after site."
-    return np.repeat(sites, sizes), np.concatenate([np.arange(n) for n in sizes])
-
-@result
-class ShippedResults:
-    "The SmolLM2 results that `tools/make_wasserstein_assets.py` computed and shipped."
-    scores:pd.DataFrame # Per neuron of every FFN linear: site, neuron, w1, mean, std, kurtosis, weight_norm
-    harm:pd.DataFrame # `pruning_harm`
-    expansion:pd.DataFrame # `expansion_sweep`
-    improvement:pd.DataFrame # `improvement` at 70% sparsity, 16 experts
-    layer_study:pd.DataFrame # `expansion_by_neuron` of `LAYER_STUDY`
-    meta:dict # Data, sites and timings of both assets
-
-def shipped_results(name:str='wasserstein_smollm2' # Asset name (the layer study is `<name>_layer`)
-                   ) -> ShippedResults:
-    "Load the shipped SmolLM2 results (made by `tools/make_wasserstein_assets.py`)."
-    tensors, meta = load_asset(name)
-    site, neuron = _per_site(meta['sites'], meta['site_sizes'])
-    scores = pd.DataFrame({'site': site, 'neuron': neuron, **{c: tensors[c].double().numpy() for c in ('w1', 'mean', 'std', 'kurtosis', 'weight_norm')}})
-    site, neuron = _per_site(meta['imp_sites'], meta['imp_site_sizes'])
-    imp = pd.DataFrame({'site': site, 'neuron': neuron, **{c: tensors[f'imp_{c}'].double().numpy() for c in ('w1', 'ri', 'error', 'sparsegpt_error', 'power')}})
-    lt, lmeta = load_asset(f'{name}_layer')
-    layer = pd.DataFrame({c: lt[c].numpy() for c in ('n_experts', 'neuron', 'w1', 'error', 'held_out_error', 'power', 'held_out_power')})
-    return ShippedResults(scores, pd.DataFrame(meta['harm']), pd.DataFrame(meta['expansion']), imp, layer, {**meta, 'layer_study': lmeta})
-
+# %% ../../nbs/papers/19_wasserstein.ipynb #4c673f5e
 def _layer(site:str) -> int:
     "The block index in a module path such as 'model.layers.7.mlp.up_proj'."
     m = re.search(r'\.(\d+)\.', site)
     if m is None: raise SiteError(f"{site!r} has no block index.", "A module path inside a block, e.g. 'model.layers.7.mlp.up_proj'.", "Group such sites yourself.")
     return int(m.group(1))
 
-def w1_by_layer(scores:pd.DataFrame # From `neuron_scores` (or `shipped_results().scores`)
+def w1_by_layer(scores:pd.DataFrame # From `neuron_scores` (or the demo's `load_results().scores`)
                ) -> pd.DataFrame: # Per (layer, linear): neurons, median, p97, max, max / median, share above 2x the median
     "How heavy the right tail of the W1 distribution is in each layer and linear."
     df = scores.assign(layer=scores.site.map(_layer), linear=scores.site.str.rsplit('.', n=1).str[-1])
@@ -631,6 +641,7 @@ def plot_w1_layers(scores:pd.DataFrame, # From `neuron_scores`
     ax.legend(fontsize=7, ncol=3, loc='upper center', bbox_to_anchor=(0.5, -0.22), frameon=False)
     return ax
 
+# %% ../../nbs/papers/19_wasserstein.ipynb #c4161186
 def plot_neuron(values:torch.Tensor, # (n,) one neuron's outputs over the tokens
                 title:str='', # Title, e.g. the site and neuron
                 ax=None, # Axes to draw on; None: a new figure
@@ -646,3 +657,7 @@ def plot_neuron(values:torch.Tensor, # (n,) one neuron's outputs over the tokens
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     return ax
+
+# %% ../../nbs/papers/19_wasserstein.ipynb #a8027244
+__getattr__ = moved(__name__, shipped_results='interpkit.demos.wasserstein.load_results', ShippedResults='interpkit.demos.wasserstein.ShippedResults',
+                    EXPANSION_BLOCKS='interpkit.demos.wasserstein.EXPANSION_BLOCKS', LAYER_STUDY='interpkit.demos.wasserstein.LAYER_STUDY')

@@ -1,15 +1,18 @@
-"Smoke checks of interpkit.papers.adce: interventions and readers, greedy completions of tiny GPT-2 and Llama LMs, causal effects of a tiny story-addition LM with their tables and views, the demo data and a short training run, few-shot tasks and random_like, and the shipped arithmetic LMs and SmolLM2 trials."
+"Smoke checks of interpkit.papers.adce and its demo module interpkit.demos.adce: interventions and readers, greedy completions of tiny GPT-2 and Llama LMs, causal effects of a tiny story-addition LM with their tables and views, the demo data and a short training run, few-shot tasks and random_like, and the shipped arithmetic LMs and SmolLM2 trials."
 import random, re
 import numpy as np, torch
 from _util import lm, finite, untouched, tiny_tokenizer
+from interpkit.models import generate_greedy
 from interpkit.papers.adce import (MASK, NoCorrectAnswers, Question, ComprehensionTask, words_of, is_core_word, deep_intervention, surface_intervention,
-                                   interventions, read_number, read_word, completions, as_answerer, effect_sizes, causal_effects, effects_table,
-                                   story_question, addend_pairs, story_task, arith_tokenizer, arith_lm, story_batch, train_arith_lm, few_shot_task,
-                                   random_like, load_arith_lms, shipped_smollm2, effects_from_trials, trial_table, plot_effects)
+                                   interventions, read_number, read_word, as_answerer, effect_sizes, causal_effects, effects_table,
+                                   random_like, effects_from_trials, trial_table, plot_effects)
+from interpkit.demos.adce import (story_question, addend_pairs, story_task, arith_tokenizer, arith_lm, story_batch, train_arith_lm, few_shot_task,
+                                  load_arith_lms, load_smollm2_runs)
 
 NOT_SMOKED = {'Word': 'made by words_of', 'Intervention': 'made by deep_intervention and surface_intervention',
               'CausalEffects': 'made by causal_effects and effects_from_trials', 'ArithLMs': 'made by load_arith_lms',
-              'NoCorrectAnswers': 'an exception, raised by causal_effects'}
+              'NoCorrectAnswers': 'an exception, raised by causal_effects', 'EffectSizes': 'made by effect_sizes',
+              'SmolLM2Runs': 'made by load_smollm2_runs'}
 
 PROMPTS = ['w5 w9 w13', 'w7', 'w20 w21 w22 w23', 'w3 w4']
 
@@ -34,8 +37,8 @@ def checks(device, dtype):
         for arch in ('gpt2', 'llama'):
             m = lm(arch, device, dtype, d_model=32, seed=1)
             with untouched(m, tok):
-                b = completions(m, tok, PROMPTS, max_new_tokens=4, batch_size=3)
-                one = [completions(m, tok, [p], max_new_tokens=4, batch_size=1)[0] for p in PROMPTS]
+                b = generate_greedy(m, tok, PROMPTS, max_new_tokens=4, batch_size=3)
+                one = [generate_greedy(m, tok, [p], max_new_tokens=4, batch_size=1)[0] for p in PROMPTS]
                 f = as_answerer(m, tok, max_new_tokens=4, batch_size=2)(PROMPTS[:2])
             assert len(b) == len(f) + 2 == 4 and all(isinstance(x, str) for x in b + f)
             same = sum(x == y for x, y in zip(b, one))
@@ -57,7 +60,7 @@ def checks(device, dtype):
         assert (o.adce, o.aice) == (1.0, 0.0), o
         e = effect_sizes(r.trials[r.trials.kind == 'deep'].changed.to_numpy(), r.trials[r.trials.kind == 'surface'].changed.to_numpy(),
                          r.trials[r.trials.kind == 'deep'].question.to_numpy())
-        assert abs(e['adce'] - r.adce) < 1e-12 and abs(effects_from_trials(r.trials).aice - r.aice) < 1e-12
+        assert abs(e.adce - r.adce) < 1e-12 and abs(effects_from_trials(r.trials).aice - r.aice) < 1e-12
         finite(torch.tensor([r.adce, r.aice, r.sufficiency, r.necessity]), 'effects')
         tab = effects_table({'random': r, 'oracle': o})
         tt = trial_table(r, 0)
@@ -71,7 +74,8 @@ def checks(device, dtype):
         q = story_question(12, 34, random.Random(0), cue=True)
         train, test = addend_pairs()
         b = story_batch(tok, train, random.Random(0), batch_size=8)
-        m, tok2, res, saved = train_arith_lm(8, checkpoints=(0, 8), batch_size=8, d_model=16, n_heads=2, n_layers=1)
+        saved = {}
+        m, tok2, res = train_arith_lm(8, checkpoints=(0, 8), batch_size=8, d_model=16, n_heads=2, n_layers=1, states=saved)
         assert q.answer == '46' and len(train) == 1280 and b['labels'].shape == b['input_ids'].shape and sorted(saved) == [0, 8]
         finite(torch.tensor(res.history.loss.to_numpy()), 'training loss')
         return f"{len(test)} held-out pairs, loss {res.history.loss.iloc[0]:.2f} -> {res.history.loss.iloc[-1]:.2f} (training runs on the CPU)"
@@ -94,7 +98,7 @@ def checks(device, dtype):
         with untouched(m, lms.tokenizer):
             r = causal_effects(m, task, lms.tokenizer, max_new_tokens=4, batch_size=16)
         assert r.accuracy >= (0.85 if bf16 else 0.95), r.accuracy
-        runs, meta = shipped_smollm2()
+        runs, meta = load_smollm2_runs()
         worst = max(abs(getattr(effects_from_trials(t), k) - meta['runs'][' | '.join(key)][k]) for key, t in runs.items() for k in ('adce', 'aice', 'adce_se'))
         assert worst < 1e-9, worst
         return f"clean LM accuracy {r.accuracy:.2f}, ADCE {r.adce:.2f}, AICE {r.aice:.2f}; {len(runs)} shipped runs recomputed ({dtype})"

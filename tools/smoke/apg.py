@@ -1,10 +1,16 @@
-"Smoke checks of interpkit.papers.apg: the guidance rules, APG in the core's sampler over every supported scheduler, image statistics, the shipped model."
+"Smoke checks of interpkit.papers.apg and its demo module interpkit.demos.apg: the guidance rules, APG in the core's sampler over every supported scheduler, image statistics, the shipped model and its data."
 import math
 import torch
 from torch import nn
 from _util import on, finite, untouched
 from interpkit.papers.apg import cfg, split_parallel, rescale, Momentum, apg, CFG, APG, ImageStats, image_stats
-from interpkit.diffusion import sample, digit_unet, load_digit_diffusion, NULL_CLASS, SUPPORTED_SCHEDULERS
+from interpkit.diffusion import sample, SUPPORTED_SCHEDULERS
+from interpkit.demos.apg import digit_images, digit_unet, load_digit_diffusion, NULL_CLASS
+
+NOT_SMOKED = {  # public names of interpkit.demos.apg with nothing device- or dtype-specific to run
+    'train_digit_diffusion': 'a CPU recipe for the shipped asset (no device argument; the core smoke runs train_ddpm); tests/test_apg_demo.py runs it',
+    'train_digit_classifier': 'a CPU recipe for a digit classifier (no device argument); tests/test_apg_demo.py runs it',
+}
 
 def _unet(device, dtype): return digit_unet(block_out_channels=(8, 16)).to(device=device, dtype=dtype).train()
 
@@ -25,7 +31,7 @@ def checks(device, dtype):
         got = []
         with untouched(m):
             for name in SUPPORTED_SCHEDULERS:
-                x = on(sample(m, getattr(diffusers, name)(num_train_timesteps=1000), labels, NULL_CLASS, (1, 8, 8), APG(r=1.), 5., steps=4, batch_size=3), device, name)
+                x = on(sample(m, getattr(diffusers, name)(num_train_timesteps=1000), labels, NULL_CLASS, (1, 8, 8), APG(r=1.), 5., n_steps=4, batch_size=3), device, name)
                 got.append(f"{name.replace('Scheduler', '')} {x.abs().mean().item():.2f}")
         return '; '.join(got)
 
@@ -44,8 +50,10 @@ def checks(device, dtype):
         import diffusers
         unet, _, meta = load_digit_diffusion()
         unet = unet.to(device=device, dtype=dtype)
+        xr, y = digit_images('test', classes=(0, 1))
+        assert set(y.tolist()) == {0, 1} and len(xr) == len(y)
         with untouched(unet):
-            x = on(sample(unet, diffusers.EulerDiscreteScheduler.from_config({**meta['scheduler'], 'timestep_spacing': 'leading'}), torch.arange(10), NULL_CLASS, (1, 8, 8), APG(r=1.35), 15., steps=6), device, 'digits')
+            x = on(sample(unet, diffusers.EulerDiscreteScheduler.from_config({**meta['scheduler'], 'timestep_spacing': 'leading'}), torch.arange(10), NULL_CLASS, (1, 8, 8), APG(r=1.35), 15., n_steps=6), device, 'digits')
         s = image_stats(x)
         assert math.isfinite(s.saturation)
         return f"Euler, 10 digits at scale 15: {s}"

@@ -1,14 +1,16 @@
-"Smoke checks of interpkit.papers.cnl: answer scores, MLP-neuron attributions (activation x gradient, integrated gradients) on Llama and GPT-2's Conv1D, commonality neurons and their overlaps, amplification, neuron-only fine-tuning and its rows, the tables and the widget view, and the shipped neurons."
+"Smoke checks of interpkit.papers.cnl and its demo module interpkit.demos.cnl: answer scores, MLP-neuron attributions (activation x gradient, integrated gradients) on Llama and GPT-2's Conv1D, commonality neurons and their overlaps, amplification, neuron-only fine-tuning and its rows, the tables and the widget view, and the shipped neurons."
 import torch
 from _util import lm, on, finite, untouched, tiny_tokenizer
 from interpkit.train import assets_dir
-from interpkit.papers.cnl import (FINETUNED, addition, multiplication, sentiment, code, fact_paraphrases, capability_data, encode_answers, answer_scores,
-                                  neuron_sites, neuron_counts, neuron_attributions, top_sets, commonality_neurons, overlap, split_halves, halves_overlap,
-                                  pairwise_overlap, fact_fidelity, amplified, random_neurons, neuron_parameters, finetune_neurons, neuron_rows, with_rows,
-                                  train_neuron_finetune, load_neuron_finetune, overlap_table, across_table, plot_neuron_map, explore_localization, Neurons)
+from interpkit.papers.cnl import (encode_answers, answer_scores, neuron_sites, neuron_attributions, top_sets, commonality_neurons, overlap, split_halves,
+                                  halves_overlap, pairwise_overlap, fact_fidelity, amplified, random_neurons, neuron_parameters, finetune_neurons, neuron_rows,
+                                  with_rows, overlap_table, across_table, plot_neuron_map, explore_localization, Neurons)
+from interpkit.demos.cnl import (FINETUNED, addition, multiplication, sentiment, code, fact_paraphrases, capability_data, train_neuron_finetune,
+                                 load_neuron_finetune)
 
 NOT_SMOKED = {'Capability': 'made by the data builders', 'NeuronScores': 'made by neuron_attributions', 'Neurons': 'made by commonality_neurons',
-              'Overlap': 'made by overlap', 'FactFidelity': 'made by fact_fidelity',
+              'Overlap': 'made by overlap', 'FactFidelity': 'made by fact_fidelity', 'NeuronSites': 'made by neuron_sites', 'NeuronRows': 'made by neuron_rows',
+              'TemplateGrid': 'made by load_template_grid',
               'template_pairs': 'set arithmetic on neuron scores (tests/test_cnl.py)', 'load_template_grid': 'reads a shipped asset on the CPU'}
 
 def _data(n=6, seed=0):
@@ -49,11 +51,11 @@ def checks(device, dtype):
         out = []
         for arch in ('llama', 'gpt2'):
             m = model(arch, seed=1)
-            sites, counts = neuron_sites(m), neuron_counts(m)
+            ns = neuron_sites(m); sites, counts = ns.sites, ns.counts
             assert list(sites) == [0, 1] and len(set(counts.values())) == 1
             with untouched(m, tok):
                 for method, positions in (('grad_x_act', 'all'), ('grad_x_act', 'last'), ('ig', 'all')):
-                    s = neuron_attributions(m, tok, d, method=method, positions=positions, batch_size=4, steps=4)
+                    s = neuron_attributions(m, tok, d, method=method, positions=positions, batch_size=4, n_steps=4)
                     t = s.scores
                     assert t.device.type == 'cpu' and t.dtype == torch.float32 and t.shape == (len(d[0]), 2, counts[0]), f"{arch} {method} scores {t.dtype} {t.shape}"
                     finite(t, f'{arch} {method} {positions} scores'); finite(s.logprob, f'{arch} {method} logprob')
@@ -75,7 +77,7 @@ def checks(device, dtype):
         ff = fact_fidelity([s.subset([0, 1, 2]), s.subset([3, 4, 5])], k)
         sc = {'all': s, 'last': located['llama', 'grad_x_act', 'last'], 'ig': located['llama', 'ig', 'all']}
         t1, t2 = overlap_table(sc, k, 1 / 3), across_table(sc, k, 0.3)
-        fig, view = explore_localization(sc, 'all', f=0.3, k=k)
+        fig, view = explore_localization(sc, 'all', f=0.3, top_k=k)
         fig2 = plot_neuron_map({'all': c})
         import matplotlib.pyplot as plt
         plt.close(fig2)
@@ -87,7 +89,7 @@ def checks(device, dtype):
         out = []
         for arch in ('llama', 'gpt2'):
             m = model(arch, seed=2)
-            mask = torch.zeros(2, neuron_counts(m)[0], dtype=torch.bool); mask[0, :5] = True; mask[1, 3] = True
+            mask = torch.zeros(2, neuron_sites(m).counts[0], dtype=torch.bool); mask[0, :5] = True; mask[1, 3] = True
             N = Neurons(mask, [0, 1])
             x = torch.tensor([[8, 9, 10, 11], [12, 13, 14, 15]], device=device)
             with torch.no_grad(): base = m(x).logits
@@ -103,7 +105,7 @@ def checks(device, dtype):
         out = []
         for arch in ('llama', 'gpt2'):
             m = model(arch, seed=3)
-            mask = torch.zeros(2, neuron_counts(m)[0], dtype=torch.bool); mask[1, [1, 5, 9]] = True
+            mask = torch.zeros(2, neuron_sites(m).counts[0], dtype=torch.bool); mask[1, [1, 5, 9]] = True
             N = Neurons(mask, [0, 1])
             R = random_neurons(N, seed=1)
             assert len(R) == len(N) and not (R.mask & N.mask).any()
@@ -113,11 +115,11 @@ def checks(device, dtype):
                 _on_model(tuned, device, dtype, f'{arch} tuned')
                 finite(torch.tensor(res.history['loss'].to_numpy()), f'{arch} loss')
                 rows = neuron_rows(tuned, N)
-                assert all(v.device.type == 'cpu' for v in rows.values())
+                assert all(v.device.type == 'cpu' for v in rows.tensors.values())
                 back = with_rows(m, rows)
                 _on_model(back, device, dtype, f'{arch} with_rows')
                 assert all(torch.equal(p, q) for p, q in zip(back.parameters(), tuned.parameters())), f"{arch}: with_rows does not rebuild the tuned model"
-                t2, _, r2 = train_neuron_finetune('code', R, m, tok, steps=1)
+                t2, _, r2 = train_neuron_finetune(m, tok, 'code', R, steps=1)
                 _on_model(t2, device, dtype, f'{arch} train_neuron_finetune')
             out.append(f"{arch} loss {res.history['loss'].iloc[0]:.2f} -> {res.final_loss:.2f}")
         return ', '.join(out) + f" ({dtype})"
@@ -128,7 +130,7 @@ def checks(device, dtype):
         base, t = load_lm()
         base = base.to(device=device, dtype=dtype)
         with untouched(base):
-            tuned, _, meta = load_neuron_finetune('addition', model=base)
+            tuned, _, meta = load_neuron_finetune(base, t, 'addition')
         _on_model(tuned, device, dtype, 'shipped addition')
         s = answer_scores(tuned, t, capability_data('addition', 'test').subset(range(8)), batch_size=8)
         return f"{len(meta['neurons'])} neurons, held-out accuracy {s['correct'].mean():.2f} on 8 ({dtype})"

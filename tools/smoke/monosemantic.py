@@ -1,14 +1,13 @@
-"Smoke checks of interpkit.papers.monosemantic: InfoNCE, the contrastive nets (SimCLR, NCL, rep-ReLU) and their loss, projector features with and without an SAE, short training runs, the probes and noise protocols, the digit pairs and augmentations, and the shipped models."
+"Smoke checks of interpkit.papers.monosemantic and its demo module interpkit.demos.monosemantic: InfoNCE, the contrastive nets (SimCLR, NCL, rep-ReLU) and their loss, projector features with and without an SAE, short training runs, the probes and noise protocols, the digit pairs and augmentations, and the shipped models."
 import math
 import torch
 from torch import nn
 from _util import on, finite, untouched
 from interpkit.sae import SAE
 from interpkit.train import assets_dir
-from interpkit.papers.monosemantic import (NON_NEGATIVE, DIGIT_MODELS, info_nce, non_negative, ContrastiveNet, contrastive_loss, train_contrastive,
-                                          projector_features, semantic_consistency, monosemanticity, top_activating, symmetric_label_noise, gaussian_input_noise,
-                                          linear_probe, probe_score, few_shot_indices, label_noise_curve, input_noise_curve, robustness_table, digit_pairs,
-                                          DigitAugment, DigitEncoder, train_digit_net, train_feature_sae, load_digit_models)
+from interpkit.papers.monosemantic import (NON_NEGATIVE, info_nce, non_negative, ContrastiveNet, contrastive_loss, train_contrastive, projector_features, semantic_consistency, monosemanticity, top_activating, symmetric_label_noise, gaussian_input_noise, few_shot_indices, label_noise_curve, input_noise_curve, robustness_table, train_feature_sae)
+from interpkit.demos.monosemantic import (DIGIT_MODELS, digit_pairs, DigitAugment, DigitEncoder, train_digit_net, load_digit_models)
+from interpkit.stats import linear_probe
 
 NOT_SMOKED = {'Monosemanticity': 'made by monosemanticity', 'DigitPairs': 'made by digit_pairs', 'DigitModels': 'made by load_digit_models'}
 
@@ -48,10 +47,10 @@ def checks(device, dtype):
 
     def training():
         net = _net('relu', device, dtype)
-        res = train_contrastive(net, _images(16), DigitAugment(), steps=2, batch_size=4, progress=False)    # CPU images
+        _, _, res = train_contrastive(net, _images(16), DigitAugment(), steps=2, batch_size=4, progress=False)    # CPU images
         finite(torch.tensor(res.history['loss'].to_numpy()), 'contrastive training loss')
         assert all(p.device.type == device.type and p.dtype == dtype for p in net.parameters())
-        res2 = train_contrastive(net, _images(16).to(device), DigitAugment(), steps=1, batch_size=4, progress=False)   # images on the device
+        _, _, res2 = train_contrastive(net, _images(16).to(device), DigitAugment(), steps=1, batch_size=4, progress=False)   # images on the device
         finite(torch.tensor(res2.history['loss'].to_numpy()), 'contrastive training loss (device images)')
         d, _, rd = train_digit_net('ncl', _images(16), steps=2, batch_size=4, activation_weight=1.0, device=device, progress=False)
         assert not d.training and all(p.device.type == device.type for p in d.parameters())
@@ -65,9 +64,8 @@ def checks(device, dtype):
     def probes():
         x, y = _planted(200, 1); xt, yt = _planted(200, 2)
         xd, yd = x.to(device=device, dtype=dtype), y.to(device)
-        p = linear_probe(xd, yd, epochs=5, lr=0.1)
-        assert next(p.parameters()).device.type == device.type and not p.training
-        acc = probe_score(p, xt.to(device=device, dtype=dtype), yt.to(device))
+        p = linear_probe(xd, yd, xt.to(device=device, dtype=dtype), yt.to(device), standardize=False)   # the protocols' probe (scikit-learn, on the CPU)
+        acc = p.score(xt.to(device=device, dtype=dtype), yt.to(device))
         assert 0 <= acc <= 1
         c = semantic_consistency(xd.relu(), yd); m = monosemanticity(xd.relu(), yd)
         assert math.isfinite(c) and 0 < m.consistency <= 1 and 0 <= m.sparsity <= 1
@@ -77,9 +75,9 @@ def checks(device, dtype):
         on(gaussian_input_noise(xd, 0.3), device, 'input noise')
         assert len(few_shot_indices(yd, 3)) == 12
         maps = {'id': lambda v: v.to(device=device, dtype=dtype)}
-        curve = label_noise_curve(maps, x, y, xt, yt, rates=(0.0, 0.5), epochs=5, lr=0.1)
-        table = robustness_table(maps, x, y, xt, yt, epochs=5, lr=0.1)
-        finite(torch.tensor(input_noise_curve(maps, x, y, xt, yt, sigmas=(0.0, 0.3), epochs=5, lr=0.1).to_numpy(float)), 'input-noise curve')
+        curve = label_noise_curve(maps, x, y, xt, yt, rates=(0.0, 0.5))
+        table = robustness_table(maps, x, y, xt, yt)
+        finite(torch.tensor(input_noise_curve(maps, x, y, xt, yt, sigmas=(0.0, 0.3)).to_numpy(float)), 'input-noise curve')
         finite(torch.tensor(curve.to_numpy(float)), 'label-noise curve'); finite(torch.tensor(table.to_numpy(float)), 'robustness table')
         return f"probe {acc:.2f}, consistency {c:.2f}, table clean {table.iloc[0, 0]:.2f}"
 

@@ -1,4 +1,4 @@
-"Smoke checks of interpkit.papers.orion: request-patching, sweeps, oversight and reports on tiny models on the device."
+"Smoke checks of interpkit.papers.orion and its demo module interpkit.demos.orion: request-patching, sweeps, oversight and reports on tiny models on the device."
 import contextlib, io, random
 import matplotlib
 matplotlib.use('Agg')
@@ -7,9 +7,9 @@ import torch
 from _util import lm, on, finite, untouched
 from interpkit.models import encode_left
 from interpkit.papers.orion import (DOMAINS, make_items, render, chat_prompt, prompt, answer_id, request_patch, last_logits, sweep, band_summary,
-                                    injected, oversight, task_tokenizer, task_document, recall_document, load_task_lm, top_tokens, patch_report,
-                                    show_patch, plot_sweep, injection_tokenizer, injection_document, load_injection_lm,
-                                    probability_kept, same_request_patch)
+                                    injected, oversight, top_tokens, patch_report, show_patch, plot_sweep, probability_kept, same_request_patch)
+from interpkit.demos.orion import (task_tokenizer, task_document, recall_document, load_task_lm, injection_tokenizer, injection_document,
+                                   load_injection_lm)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'Item': 'a value, made by make_items', 'Patched': 'made by request_patch', 'SweepResult': 'made by sweep', 'Band': 'made by band_summary',
@@ -72,8 +72,8 @@ def checks(device, dtype):
     def reports():
         m = lm('llama', device, dtype, n_layers=2, vocab_size=len(tokenizer), max_len=256)
         with untouched(m, tokenizer):
-            rep = patch_report(m, tokenizer, items[0], 'resid_post(1)', k=3)
-            with contextlib.redirect_stdout(io.StringIO()): tab = show_patch(m, tokenizer, items[0], 'resid_post(0)', k=3)
+            rep = patch_report(m, tokenizer, items[0], 'resid_post(1)', top_k=3)
+            with contextlib.redirect_stdout(io.StringIO()): tab = show_patch(m, tokenizer, items[0], 'resid_post(0)', top_k=3)
             top = top_tokens(tokenizer, last_logits(m, encode_left(tokenizer, texts[:1]))[0], 2)
         finite([p for _, p in rep.patched + rep.unpatched + top], 'probabilities')
         assert task_document(random.Random(0)) and recall_document(random.Random(0))

@@ -1,16 +1,16 @@
-"Smoke checks of interpkit.papers.position_coupling: the coupled, absolute and position-free transformers, collate, the loss, exact match, greedy decoding, the accuracy grid, a short training run and the shipped adders."
+"Smoke checks of interpkit.papers.position_coupling and interpkit.demos.position_coupling: the coupled, absolute and position-free transformers, collate, the loss, exact match, greedy decoding, the accuracy grid, a short training run and the shipped adders."
 import random
 import torch
 from _util import on, finite, untouched
 from interpkit.train import assets_dir
-from interpkit.papers.position_coupling import (ADDERS_ASSET, CoupledTransformer, AdderRecipe, encode_addition, encode_multiplication, collate,
-                                                answer_loss, exact_match, greedy_answer, evaluation_problems, accuracy_grid, train_adder,
-                                                training_problem, load_adder, shipped_meta, shipped_grids)
+from interpkit.papers.position_coupling import (CoupledTransformer, encode_addition, encode_multiplication, collate_batch, answer_loss, exact_match,
+                                                greedy_answer, evaluation_problems, accuracy_grid)
+from interpkit.demos.position_coupling import ADDERS_ASSET, AdderRecipe, train_adder, training_problem, load_adder, load_grids
 
 NOT_SMOKED = {
     'padded_width': 'device-free arithmetic', 'check_operands': 'device-free input checking', 'Encoded': 'made by encode_addition',
     'parse_answer': 'device-free text parsing', 'position_table': 'device-free table of an Encoded',
-    'sample_operands': 'device-free sampling (training_problem uses it)', 'random_starts': 'device-free sampling (training_problem uses it)',
+    'sample_operands': 'device-free sampling (training_problem uses it)', 'ShippedGrids': 'made by load_grids', 'random_starts': 'device-free sampling (training_problem uses it)',
     'in_range': 'device-free DataFrame logic', 'summarize': 'device-free DataFrame logic', 'plot_position_ids': 'a matplotlib figure of an Encoded',
 }
 
@@ -19,16 +19,16 @@ TINY = dict(d_model=16, n_layers=1, n_heads=2, d_ff=32)
 def checks(device, dtype):
     def models():
         out = []
-        probs = [encode_addition([57, 8, 123]), encode_addition([4, 5], starts=(3, 2)), training_problem(random.Random(0), AdderRecipe(table_size=21))]
+        probs = [encode_addition([57, 8, 123]), encode_addition([4, 5], starts=(3, 2)), training_problem(0, AdderRecipe(table_size=21))]
         for positions in ('coupled', 'absolute', 'none'):
             torch.manual_seed(0)
             m = CoupledTransformer(positions, 2, 21, 128, **TINY).to(device=device, dtype=dtype).train()
             with untouched(m):
-                batch = collate(probs, device)
+                batch = collate_batch(probs, device)
                 assert all(v.device.type == device.type for v in batch.values())
                 with torch.no_grad():
                     on(m(batch['input_ids'], batch['position_ids']), device, f'{positions} logits')
-                    loss = on(answer_loss(m, collate(probs)), device, f'{positions} loss')    # a CPU batch: moved to the model
+                    loss = on(answer_loss(m, collate_batch(probs)), device, f'{positions} loss')    # a CPU batch: moved to the model
                 em = exact_match(m, probs, batch_size=2)
                 assert em.dtype == torch.bool and em.shape == (3,)
                 text = greedy_answer(m, probs[0])
@@ -42,7 +42,7 @@ def checks(device, dtype):
         m = CoupledTransformer('coupled', 3, 16, **TINY).to(device=device, dtype=dtype)
         probs = [encode_multiplication(123, 45), encode_multiplication(7, 86)]
         with untouched(m):
-            with torch.no_grad(): loss = on(answer_loss(m, collate(probs)), device, 'multiplication loss')
+            with torch.no_grad(): loss = on(answer_loss(m, collate_batch(probs)), device, 'multiplication loss')
             em = exact_match(m, probs)
             greedy_answer(m, probs[1])
         return f"loss {float(loss):.2f}, exact {int(em.sum())}/2"
@@ -67,8 +67,7 @@ def checks(device, dtype):
 
     def shipped():
         if not (assets_dir()/f'{ADDERS_ASSET}.safetensors').exists(): return f"{ADDERS_ASSET} not built yet: skipped"
-        meta = shipped_meta()
-        grids = shipped_grids(meta)
+        grids = load_grids().grids
         m, _, _ = load_adder('coupled')
         m = m.to(device=device, dtype=dtype)
         probs = evaluation_problems(3, 3, 50)

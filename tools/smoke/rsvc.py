@@ -1,11 +1,11 @@
-"Smoke checks of interpkit.papers.rsvc: pooled activations, concepts, integrated gradients and compare on a CNN and a transformers ViT in the given dtype and device; the toy data, the recipe and the shipped models."
+"Smoke checks of interpkit.papers.rsvc and its demo module interpkit.demos.rsvc: pooled activations, concepts, integrated gradients and compare on a CNN and a transformers ViT in the given dtype and device; the toy data, the recipe and the shipped models."
 import functools, warnings
 import torch, transformers
 from sklearn.exceptions import ConvergenceWarning
 from _util import on, finite, untouched
-from interpkit.papers.rsvc import (POOLS, Patches, patchify, pool_acts, pooled_acts, Concepts, extract_concepts, pearson_matrix, lasso_r2,
-                                   concept_logit_fn, concept_attributions, Comparison, compare, top_patches, ConceptMatch, concept_match,
-                                   ToyDigits, paste_square, toy_digits, ToyCNN, train_toy_cnn, ToyModels, load_toy_models, TOY_SITE)
+from interpkit.papers.rsvc import (SITE_POOLINGS, Patches, patchify, pool_acts, pooled_acts, Concepts, extract_concepts, pearson_matrix, lasso_r2,
+                                   concept_logit_fn, concept_attributions, Comparison, compare, top_patches, ConceptMatch, concept_match)
+from interpkit.demos.rsvc import ToyDigits, paste_square, toy_digits, ToyCNN, train_toy_cnn, ToyModels, load_toy_models, TOY_SITE
 
 NOT_SMOKED = {'Patches': 'made by patchify', 'Concepts': 'made by extract_concepts', 'Comparison': 'made by compare',
               'ConceptMatch': 'made by concept_match', 'ToyDigits': 'made by toy_digits', 'ToyModels': 'made by load_toy_models'}
@@ -46,11 +46,11 @@ def checks(device, dtype):
             f = concept_logit_fn(m, TOY_SITE, c.W, 1)
             with torch.no_grad(): on(f(c.U[:4].to(device), p.x[:4]), device, 'concept logits')
             att = finite(concept_attributions(m, TOY_SITE, c, p.x, 1, n_steps=4, batch_size=32), 'attributions (patched)')
-            att_h = finite(concept_attributions(m, TOY_SITE, c, p.x, 1, head=m.head, n_steps=4), 'attributions (head)')
+            att_h = finite(concept_attributions(m, TOY_SITE, c, p.x, 1, readout=m.head, n_steps=4), 'attributions (head)')
             assert att.device.type == 'cpu' and (att - att_h).abs().max() < 0.1 * att.abs().max() + 1e-3
             res = compare(m, m, ims, 1, TOY_SITE, n_concepts=3, folds=3, n_steps=2, batch_size=32)
         finite(torch.tensor(res.table.to_numpy(float)), 'comparison table')
-        d = concept_match(res, 0, k=3)
+        d = concept_match(res, 0, top_k=3)
         assert d.top_a.shape == (3,) and top_patches(res.coeffs_a, 1, 2).shape == (2,)
         finite(pearson_matrix(res.coeffs_a, res.coeffs_b), 'pearson'); finite(lasso_r2(a, res.coeffs_a[:len(a)], folds=2), 'lasso r2')
         return f"pearson {res.table.pearson.mean():.2f}, attributions {att.sum(1).mean():.3g}"
@@ -61,7 +61,7 @@ def checks(device, dtype):
             res = compare(v, m, _images(), 2, VIT_SITE, TOY_SITE, n_concepts=2, folds=3, n_steps=2)   # 'auto': the ViT's class token, the CNN's spatial mean
             cls = pooled_acts(v, VIT_SITE, _images(2), 'cls')
         finite(torch.tensor(res.table.to_numpy(float)), 'comparison table'); finite(cls, 'class-token activations')
-        assert set(POOLS) >= {'auto', 'mean', 'cls'}
+        assert set(SITE_POOLINGS) >= {'auto', 'mean', 'cls'}
         return f"ViT vs CNN: r2 {', '.join(f'{r:.2f}' for r in res.table.r2)}"
 
     def toy():

@@ -1,10 +1,10 @@
-"Smoke checks of paper 7 (safety heads): Ships, Sahara, generation under ablation and adapters on tiny models."
+"Smoke checks of paper 7 (safety heads) and its demo module interpkit.demos.safety_heads: Ships, Sahara, generation under ablation and adapters on tiny models."
 import torch
 from _util import lm, on, finite, ids, untouched, tiny_tokenizer
 from interpkit.hooks import head_means
 from interpkit.papers.safety_heads import (chat_prompts, generate, refusal_rate, harmful_batch, next_token_logits, kl_div, ships, subspace_angle,
-                                           sahara, head_effect, query_weights, ablation_outcomes, merge_adapter, adapter_tensors, train_aligned_lm,
-                                           head_map)
+                                           sahara, head_effect, query_weights, ablation_outcomes, head_map)
+from interpkit.demos.safety_heads import merge_adapter, adapter_tensors, train_aligned_lm
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'requests': 'templated strings', 'is_refusal': 'a keyword match on strings', 'replies_changed': 'compares strings',

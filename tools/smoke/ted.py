@@ -1,14 +1,15 @@
-"Smoke checks of interpkit.papers.ted: the prompts, greedy edits (chat_replies underneath), operational embeddings on Llama, GPT-2 and NeoX, the thesaurus and its failures against the reference, both judges, verification, and the widget view and figure."
+"Smoke checks of interpkit.papers.ted and its demo module interpkit.demos.ted: the prompts, greedy edits (chat_replies underneath), operational embeddings on Llama, GPT-2 and NeoX, the thesaurus and its failures against the reference, both judges, verification, and the widget view and figure."
 import torch
 from _util import lm, finite, untouched, tiny_tokenizer
 from interpkit.train import assets_dir
-from interpkit.papers.ted import (TED_ASSET, EXPECTED, UNEXPECTED, followup, edit_request, check_phrases, EditOutputs, edit_outputs, OperationalEmbeddings,
+from interpkit.papers.ted import (EXPECTED, UNEXPECTED, followup, edit_request, check_phrases, EditOutputs, edit_outputs, OperationalEmbeddings,
                                   operational_embeddings, thesaurus, wordnet, wordnet_label, reference_table, reference_labels, llm_relation,
-                                  failure_type, failures, candidates, embedding_judge, lm_judge, verify, verify_pairs, random_pairs, TedDemo,
-                                  load_ted_demo, pair_report, plot_thesaurus, output_similarity)
+                                  failure_type, failures, candidates, embedding_judge, lm_judge, verify, verify_pairs, random_pairs,
+                                  plot_thesaurus, output_similarity)
+from interpkit.demos.ted import TED_ASSET, TedDemo, load_ted_demo, pair_report
 
 NOT_SMOKED = {'EditOutputs': 'made by edit_outputs', 'OperationalEmbeddings': 'made by operational_embeddings', 'Thesaurus': 'made by thesaurus',
-              'Verification': 'made by verify', 'TedDemo': 'made by load_ted_demo'}
+              'Verification': 'made by verify', 'TedDemo': 'made by load_ted_demo', 'PairReport': 'made by pair_report'}
 
 def _words(g, n): return ' '.join(f'w{int(i)}' for i in torch.randint(0, 120, (n,), generator=g))
 
@@ -82,7 +83,7 @@ def checks(device, dtype):
         assert 0 <= v.rate <= 1 and r.rate.between(0, 1).all()
         e = embedding_judge()(['q'], ['A rude insult, idiot.'], ['Thank you kindly.'], 'rude')
         assert e == ['A'], e
-        sim = output_similarity(d)
+        sim = output_similarity(None, d)
         assert sim.similarity.between(-1 - 1e-5, 1 + 1e-5).all()
         return f"LM judge rate {v.rate:.2f} on {v.n_valid}, embedding judge {e} ({dtype})"
 
@@ -92,7 +93,7 @@ def checks(device, dtype):
         assert isinstance(dm, TedDemo)
         finite(dm.embeddings.vectors, 'shipped embeddings')
         r = pair_report(dm, 'harassing', 'witty', judge=lambda q, a, b, p: ['A'] * len(a))
-        return f"{len(dm.embeddings.phrases)} phrases, harassing|witty cosine {r['cosine']:.3f}"
+        return f"{len(dm.embeddings.phrases)} phrases, harassing|witty cosine {r.cosine:.3f}"
 
     return [('prompts', prompts), ('outputs', outputs), ('embeddings', embeddings), ('thesaurus_and_failures', thesaurus_and_failures),
             ('judges', judges), ('demo', demo)]

@@ -1,17 +1,18 @@
-"Smoke checks of interpkit.papers.trackstar: per-example gradients (Llama, GPT-2's Conv1D), the on-disk index and its search, tail-patch, the fact LM."
+"Smoke checks of interpkit.papers.trackstar and its demo module interpkit.demos.trackstar: per-example gradients (Llama, GPT-2's Conv1D), the on-disk index and its search, tail-patch, the fact LM."
 import tempfile
 from pathlib import Path
 import torch
 from _util import lm, on, finite, ids, untouched, tiny_tokenizer
+from interpkit.demos.trackstar import fact_corpus, load_fact_lm, load_fact_lm_moments, train_fact_lm
+from interpkit.grads import adam_moments, factor_moments, lm_labels, make_projection
 from interpkit.hooks import linear_modules
-from interpkit.models import WordTokenizer, encode_queries, encode_texts
-from interpkit.papers.trackstar import (GradIndex, adam_moments, example_memory, factor_moments, autocorr, blocks_of, example_grads, example_losses, fact_corpus, inv_sqrt, lm_labels, load_fact_lm, load_fact_lm_moments, make_projection, mix, model_fingerprint, rank_metrics, scores, side_by_side, tail_patch, target_logprob, train_fact_lm, whiten)
+from interpkit.models import encode_queries, encode_texts
+from interpkit.papers.trackstar import (GradIndex, example_memory, autocorr, blocks_of, example_grads, example_losses, inv_sqrt, mix, model_fingerprint, rank_metrics, scores, side_by_side, tail_patch, target_logprob, whiten)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'Projection': 'made by make_projection', 'Hits': 'made by GradIndex.topk', 'FactCorpus': 'made by fact_corpus',
     'bm25_scores': 'text on the CPU, no model',
     'IndexMismatch': 'an error type', 'ShardError': 'an error type',
-    'trackstar_cli': 'the command line; its device path is GradIndex.build and search (tests/test_trackstar_scale.py launches it under torchrun)',
 }
 
 def batch(n=4, t=8, seed=0):
@@ -37,7 +38,7 @@ def checks(device, dtype):
                 on(example_grads(m, b, make_projection(linear_modules(m), 'dense', 2, 2)), device, f'{arch} dense gradients')
                 on(example_losses(m, b), device, 'losses')
                 fm = factor_moments(mom, linear_modules(m))
-                on(example_grads(m, b, make_projection(linear_modules(m), dist='rademacher'), fm, loss='sum', max_elems=1), device, f'{arch} factored, summed gradients')
+                on(example_grads(m, b, make_projection(linear_modules(m), dist='rademacher'), fm, loss='sum', max_bytes=1), device, f'{arch} factored, summed gradients')
                 assert example_memory(m, 8).MB.iloc[0] > 0
             out.append(f"{arch} {tuple(g.shape)} {g.dtype}")
         return ', '.join(out)
@@ -48,7 +49,7 @@ def checks(device, dtype):
         with tempfile.TemporaryDirectory() as d, untouched(m):
             idx = GradIndex.build(m, batch(12, 8), Path(d)/'i', moments=mom, k_out=2, k_in=2, batch_size=5, progress=False, store_dtype='float16')
             q = batch(2, 8, seed=1)
-            hits = idx.search(m, q, k=3, moments=mom)
+            hits = idx.search(m, q, top_k=3, moments=mom)
             on(hits.scores, device, 'hit scores'); assert hits.indices.device.type == device.type
             qg = on(idx.query_grads(m, q, mom), device, 'query gradients')
             W = on(idx.whitener(qg), device, 'R^-1/2')
@@ -57,7 +58,7 @@ def checks(device, dtype):
             on(whiten(qg, inv_sqrt(mix(idx.R_train, autocorr(qg)))), device, 'whitened')
             on(blocks_of(qg, [qg.shape[1] // 8] * 8), device, 'blocks')
             rm = rank_metrics(S, [{0}, {1}])
-            side_by_side([f'p{i}' for i in range(12)], S, S, 0, {0}, k=2)
+            side_by_side([f'p{i}' for i in range(12)], S, S, 0, {0}, top_k=2)
             assert isinstance(model_fingerprint(m), str)
         return f"{idx}, MRR {rm.rr.mean():.2f}".replace(d, '...')
 
@@ -74,10 +75,10 @@ def checks(device, dtype):
         fc = fact_corpus(n_entities=4, distractors=10)
         m, wt, res = train_fact_lm(fc, steps=2, batch_size=4, progress=False, device=device)
         assert next(m.parameters()).device.type == device.type
-        mom = adam_moments(res.optimizer, m)
+        mom = adam_moments(m, res.optimizer)
         model, fact_tokenizer, meta = load_fact_lm()
         model = model.to(device=device, dtype=dtype)
-        assert isinstance(fact_tokenizer, WordTokenizer) and set(load_fact_lm_moments()) == set(mom)
+        assert len(fact_tokenizer) == len(meta['vocab']) and set(load_fact_lm_moments()) == set(mom)
         qb = encode_queries(fact_tokenizer, *map(list, zip(*fact_corpus(seed=0).queries[:4])))
         with untouched(model): lp = on(target_logprob(model, qb), device, 'fact LM log-probabilities')
         tb = encode_texts(tokenizer, ['w1 w2 w3', 'w4'])

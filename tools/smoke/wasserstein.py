@@ -1,4 +1,4 @@
-"Smoke checks of interpkit.papers.wasserstein: W1 to N(0, 1), neuron scores and picks, Hessians and row pruning (Llama, GPT-2's Conv1D), SparseGPT (unstructured, N:M, rows, fixed mask), Sparse Expansion of one layer and of a model, perplexity and the experiments."
+"Smoke checks of interpkit.papers.wasserstein (and interpkit.demos.wasserstein, whose loader has nothing device-specific): W1 to N(0, 1), neuron scores and picks, Hessians and row pruning (Llama, GPT-2's Conv1D), SparseGPT (unstructured, N:M, rows, fixed mask), Sparse Expansion of one layer and of a model, perplexity and the experiments."
 import math
 import torch
 from _util import lm, on, finite, ids, untouched
@@ -7,8 +7,9 @@ from interpkit.papers.wasserstein import (ExpandedLinear, collect, expand_linear
                                           perplexity, pick_neurons, prune_neurons, pruning_harm, sparsegpt, sparsify, standardize, w1_gaussian)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
-    'Sparsified': 'made by sparsify', 'ShippedResults': 'made by shipped_results',
-    'shipped_results': 'loads the shipped SmolLM2 results (tables on the CPU), no model', 'w1_by_layer': 'pandas on a scores table, no model',
+    'Sparsified': 'made by sparsify', 'ShippedResults': 'made by load_results',
+    'load_results': 'loads the shipped SmolLM2 results (tables on the CPU), no model',
+    'FFNLinears': 'made by ffn_linears', 'InputHessians': 'made by input_hessians', 'NeuronPicks': 'made by pick_neurons', 'w1_by_layer': 'pandas on a scores table, no model',
     'plot_w1_layers': 'matplotlib on a scores table, no model', 'plot_neuron': "matplotlib on one neuron's values (standardised in float64 on the CPU)",
 }
 

@@ -63,7 +63,7 @@ def test_home_page(browser, site_url):
     home = visit(browser, site_url)
     assert home['status'] == 200 and home['title'].strip()
     assert 'interpkit' in home['body'] and 'make test' in home['body']
-    assert home['sections'] == ['Getting started', 'Core', 'Papers', 'Tutorials'], home['sections']
+    assert home['sections'] == ['Getting started', 'Core', 'Papers', 'Demos', 'Tutorials'], home['sections']
     assert not home['errors'], home['errors']
 
 def test_every_sidebar_page(browser, site_url):

@@ -2,7 +2,7 @@
 import re
 import numpy as np, torch
 from _util import lm, on, finite, untouched
-from interpkit.data import CharTokenizer
+from interpkit.data import char_tokenizer
 from interpkit.sae import SAE
 from interpkit.papers.multidim import (normalize_points, rotate, mutual_info_2d, separability_curve, separability_index, mixture_index, irreducibility,
     synthetic_cloud, pca_fit, pca_project, circularity, circularity_null, word_states, circle_scores, calendar_prompts, calendar_logits, calendar_states, duration,
@@ -20,7 +20,7 @@ class _WordTok:
     def encode(self, text, add_special_tokens=False): return [self.vocab.setdefault(w, len(self.vocab) % 128) for w in re.findall(r' ?[^ ]+', text)]
 
 def checks(device, dtype):
-    ct = CharTokenizer()
+    ct = char_tokenizer()
 
     def states():
         m = lm('llama', device, dtype, n_layers=2)

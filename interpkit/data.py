@@ -4,7 +4,8 @@
 
 # %% ../nbs/core/03_data.ipynb #5a623907
 from __future__ import annotations
-import configparser, functools, importlib.util, itertools, math, random, re, string, warnings
+import configparser, functools, numbers, importlib.util, itertools, math, random, re, string, warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 import torch, transformers
@@ -28,21 +29,38 @@ class Split:
                 f"x_test={tuple(self.x_test.shape)}, y_test={tuple(self.y_test.shape)}, x dtype={self.x_train.dtype})")
 
 # %% ../nbs/core/03_data.ipynb #8946b2c2
+def _digit_classes(classes) -> list[int]:
+    "The digits in `classes`, a non-empty sequence of ints 0..9; `ConfigError` otherwise."
+    vals = classes.tolist() if hasattr(classes, 'tolist') else classes   # a tensor or an array
+    ok = isinstance(vals, Iterable) and not isinstance(vals, (str, bytes)) and not isinstance(vals, numbers.Number)
+    vals = list(vals) if ok else []
+    bad = [c for c in vals if isinstance(c, bool) or not isinstance(c, numbers.Integral) or not 0 <= c <= 9]
+    if not vals or bad:
+        raise ConfigError(f"classes={classes!r}" + (f" has the unknown class(es) {', '.join(map(repr, bad))}." if bad else " holds no classes."),
+                          "classes is a non-empty sequence of digits 0..9, or None for all ten.", "Use e.g. classes=(0, 1).")
+    return [int(c) for c in vals]
+
 def digits(test_frac:float=0.25, # Fraction of the images held out for testing, in (0, 1)
            seed:int=0, # Seed of the stratified split
            normalize:bool=True, # Scale pixel values from 0..16 to 0..1
-           flat:bool=True # Images as rows of 64 pixels (N, 64); False gives (N, 8, 8)
+           flat:bool=True, # Images as rows of 64 pixels (N, 64); False gives (N, 8, 8)
+           classes:Sequence[int]|None=None, # Keep only these digits, e.g. (0, 1), after the split (so the split does not depend on it); None: all ten
+           signed:bool=False # With `normalize`, scale to [-1, 1] (as diffusion models take images) instead of [0, 1]
           ) -> Split: # float32 images, int64 labels 0..9
     "The scikit-learn digits, split into train and test sets stratified by class."
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
     if not 0 < test_frac < 1: raise ConfigError(f"test_frac={test_frac!r} is out of range.", "It must lie strictly between 0 and 1.", "Use e.g. 0.25.")
+    if signed and not normalize: raise ConfigError("digits got signed=True with normalize=False.", "signed scales normalized pixels to [-1, 1].", "Drop signed, or keep normalize=True.")
+    keep = None if classes is None else _digit_classes(classes)
     d = load_digits()
     x = torch.tensor(d.data, dtype=torch.float32) / (16 if normalize else 1)
+    if signed: x = x * 2 - 1
     if not flat: x = x.reshape(-1, 8, 8)
     y = torch.tensor(d.target, dtype=torch.long)
     i_tr, i_te = train_test_split(torch.arange(len(y)).numpy(), test_size=test_frac, random_state=seed, stratify=d.target)
     i_tr, i_te = torch.as_tensor(i_tr), torch.as_tensor(i_te)
+    if keep is not None: i_tr, i_te = i_tr[torch.isin(y[i_tr], torch.tensor(keep))], i_te[torch.isin(y[i_te], torch.tensor(keep))]
     return Split(x[i_tr], y[i_tr], x[i_te], y[i_te])
 
 # %% ../nbs/core/03_data.ipynb #969a633e

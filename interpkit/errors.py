@@ -60,10 +60,14 @@ class MissingExtra(InterpkitError, ImportError):
 # %% ../nbs/core/00_errors.ipynb #9cb8faa7
 def check_choice(name:str, # The argument's name
                  value, # What was given
-                 choices:Iterable # The valid values
+                 choices:Iterable, # The valid values
+                 renamed:dict|None=None # {old spelling: valid value}: an old spelling gives its new one, with a `FutureWarning`
                 ):
-    "Raise `ConfigError` unless `value` is one of `choices`."
+    "Return `value` if it is one of `choices` (an old spelling in `renamed`: its new one, with a warning); raise `ConfigError` otherwise."
     choices = list(choices)
+    if renamed and isinstance(value, str) and value in renamed:
+        warnings.warn(f"{name}={value!r} is now spelled {name}={renamed[value]!r}; the old spelling goes in the next release.", FutureWarning, stacklevel=3)
+        value = renamed[value]
     if value not in choices:
         near = closest(str(value), [str(c) for c in choices], n=3)
         raise ConfigError(f"{name}={value!r} is not valid.", f"Valid values: {', '.join(map(repr, choices))}.",

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from .errors import ConfigError, ShapeError, check_choice, check_finite, check_int, closest, renamed
-from .hooks import capture, capture_grads, is_linear, weight_matrix
+from .hooks import _select_layers, capture, capture_grads, is_linear, weight_matrix
 from .models import check_batch, check_batch_size, evaluating, iter_batches, logits_at, mask_positions, to_model
 from .results import result
 
@@ -22,14 +22,6 @@ __all__ = ['KINDS', 'REDUCTIONS', 'PROJECTIONS', 'DISTRIBUTIONS', 'FLAT_BLOCK', 
 # %% ../nbs/core/12_grads.ipynb #2db1093a
 KINDS = ('linear', 'conv2d')
 
-def _kind(m):
-    "'linear', 'conv2d', 'unsupported' (a grouped or string-padded convolution) or None."
-    if is_linear(m): return 'linear'
-    if isinstance(m, nn.Conv2d): return 'conv2d' if m.groups == 1 and m.padding_mode == 'zeros' and not isinstance(m.padding, str) else 'unsupported'
-    return None
-
-def _label(kinds): return ' or '.join({'linear': 'linear', 'conv2d': 'Conv2d'}[k] for k in kinds) + ' layer'
-
 def grad_modules(model:nn.Module, # Any model
                  names=None, # Module paths to keep (a list or one path), or a {path: layer} dict to check; None: all
                  pattern:str|None=None, # Keep only paths where this regular expression matches (`re.search`)
@@ -38,31 +30,7 @@ def grad_modules(model:nn.Module, # Any model
                 ) -> dict[str, nn.Module]: # {path: layer}, in model order
     "The layers per-example gradients are taken for: linear layers and ungrouped, zero-padded `nn.Conv2d`, by path, by pattern or all, the output head left out."
     kinds = tuple(check_choice('kinds', k, KINDS) for k in ([kinds] if isinstance(kinds, str) else kinds))
-    label = _label(kinds)
-    if isinstance(names, Mapping):
-        bad = [n for n, m in names.items() if _kind(m) not in kinds]
-        if bad: raise ConfigError(f"modules {bad[:3]} are not {label}s.", f"{label.capitalize()}s, e.g. from `grad_modules(model)`.", "Pass module paths or `grad_modules(model)`.")
-        if not names: raise ConfigError("modules is empty.", f"At least one {label}.", "Pass None for all of them.")
-        return dict(names)
-    found = {n: m for n, m in model.named_modules() if _kind(m) in kinds or (_kind(m) == 'unsupported' and 'conv2d' in kinds)}
-    if names is None:
-        get = getattr(model, 'get_output_embeddings', None)
-        out_head = get() if callable(get) and not head else None
-        out = {n: m for n, m in found.items() if m is not out_head and _kind(m) != 'unsupported'}
-    else:
-        names = [names] if isinstance(names, str) else list(names)
-        bad = [n for n in names if n not in found]
-        if bad:
-            near = closest(bad[0], found, 3)
-            raise ConfigError(f"{bad[:3]} {'are' if len(bad) > 1 else 'is'} not a {label} of {type(model).__name__}.", f"It has {len(found)}, e.g. {list(found)[:3]}.",
-                              f"Did you mean {near[0]!r}?" if near else "List them with `grad_modules(model)`.")
-        out = {n: found[n] for n in found if n in set(names)}
-        odd = [n for n, m in out.items() if _kind(m) == 'unsupported']
-        if odd: raise ConfigError(f"{odd[:3]} are grouped or string-padded convolutions.", "Ungrouped nn.Conv2d with zero padding given as numbers.", "Leave them out of `names`.")
-    if pattern is not None: out = {n: m for n, m in out.items() if re.search(pattern, n)}
-    if not out: raise ConfigError(f"{type(model).__name__} has no {label}{'' if pattern is None else f' whose path matches {pattern!r}'}{' besides its output head' if found and names is None else ''}.",
-                                  f"{label.capitalize()}s: their weight gradients are outer products.", "Pass a model that has some, or another pattern.")
-    return out
+    return _select_layers(model, names, pattern, kinds, head, 'grad_modules')
 
 # %% ../nbs/core/12_grads.ipynb #9229d3a1
 def _matrix(m, w=None):

@@ -219,24 +219,47 @@ def weight_matrix(module:nn.Module, # A linear layer (see `is_linear`)
     w = module.weight if w is None else w
     return w.T if isinstance(module, Conv1D) else w
 
+# %% ../nbs/core/02_hooks.ipynb #d8d9f5d4
+def _layer_kind(m):
+    "'linear', 'conv2d', 'unsupported' (a grouped or string-padded convolution) or None."
+    if is_linear(m): return 'linear'
+    if isinstance(m, nn.Conv2d): return 'conv2d' if m.groups == 1 and m.padding_mode == 'zeros' and not isinstance(m.padding, str) else 'unsupported'
+    return None
+
+def _select_layers(model, names, pattern, kinds, head, lister):
+    "{path: layer} of `model`'s layers of `kinds` ('linear', 'conv2d'), by path, by pattern or all; errors point to `lister(model)`."
+    label = ' or '.join({'linear': 'linear', 'conv2d': 'Conv2d'}[k] for k in kinds) + ' layer'
+    if isinstance(names, Mapping):
+        bad = [n for n, m in names.items() if _layer_kind(m) not in kinds]
+        if bad: raise ConfigError(f"modules {bad[:3]} are not {label}s.", f"{label.capitalize()}s, e.g. from `{lister}(model)`.", f"Pass module paths or `{lister}(model)`.")
+        if not names: raise ConfigError("modules is empty.", f"At least one {label}.", "Pass None for all of them.")
+        return dict(names)
+    found = {n: m for n, m in model.named_modules() if _layer_kind(m) in kinds or (_layer_kind(m) == 'unsupported' and 'conv2d' in kinds)}
+    if names is None:
+        get = getattr(model, 'get_output_embeddings', None)
+        out_head = get() if callable(get) and not head else None
+        out = {n: m for n, m in found.items() if m is not out_head and _layer_kind(m) != 'unsupported'}
+    else:
+        names = [names] if isinstance(names, str) else list(names)
+        bad = [n for n in names if n not in found]
+        if bad:
+            near = closest(bad[0], found, 3)
+            raise ConfigError(f"{bad[:3]} {'are' if len(bad) > 1 else 'is'} not a {label} of {type(model).__name__}.", f"It has {len(found)}, e.g. {list(found)[:3]}.",
+                              f"Did you mean {near[0]!r}?" if near else f"List them with `{lister}(model)`.")
+        out = {n: found[n] for n in found if n in set(names)}
+        odd = [n for n, m in out.items() if _layer_kind(m) == 'unsupported']
+        if odd: raise ConfigError(f"{odd[:3]} are grouped or string-padded convolutions.", "Ungrouped nn.Conv2d with zero padding given as numbers.", "Leave them out of `names`.")
+    if pattern is not None: out = {n: m for n, m in out.items() if re.search(pattern, n)}
+    if not out: raise ConfigError(f"{type(model).__name__} has no {label}{'' if pattern is None else f' whose path matches {pattern!r}'}{' besides its output head' if found and names is None else ''}.",
+                                  f"{label.capitalize()}s (nn.Linear, transformers' Conv1D{', nn.Conv2d' if 'conv2d' in kinds else ''}).", "Pass a model that has some, or another pattern.")
+    return out
+
 def linear_modules(model:nn.Module, # Any model
-                   names:Iterable[str]|None=None, # Module paths to keep; None: all
+                   names:Iterable[str]|None=None, # Module paths to keep, or a {path: layer} dict to check; None: all
                    head:bool=False # Include the output head (`get_output_embeddings`)
                   ) -> dict[str, nn.Module]: # {module path: layer}, in model order
     "The linear layers (`nn.Linear` and `Conv1D`) of `model` by path, without the output head unless `head=True`."
-    lin = {n: m for n, m in model.named_modules() if is_linear(m)}
-    out_head = model.get_output_embeddings() if not head and hasattr(model, 'get_output_embeddings') else None
-    if names is None: out = {n: m for n, m in lin.items() if m is not out_head}
-    else:
-        names = [names] if isinstance(names, str) else list(names)
-        bad = [n for n in names if n not in lin]
-        if bad:
-            near = closest(bad[0], lin, 3)
-            raise ConfigError(f"{bad[:3]} {'are' if len(bad) > 1 else 'is'} not a linear layer of {type(model).__name__}.", f"It has {len(lin)} linear layers, e.g. {list(lin)[:3]}.",
-                              f"Did you mean {near[0]!r}?" if near else "List them with `linear_modules(model)`.")
-        out = {n: lin[n] for n in lin if n in set(names)}
-    if not out: raise ConfigError(f"{type(model).__name__} has no linear layer{' besides its output head' if lin else ''}.", "nn.Linear or transformers' Conv1D layers.", "Pass a model that has some.")
-    return out
+    return _select_layers(model, names, None, ('linear',), head, 'linear_modules')
 
 # %% ../nbs/core/02_hooks.ipynb #047d0db6
 def final_norm(model:nn.Module # A model with a known layout
@@ -473,6 +496,7 @@ class GradCache:
 
     def __repr__(self): return f"GradCache(acts={list(map(str, self.acts))}, grads={list(map(str, self.grads))})"
 
+# %% ../nbs/core/02_hooks.ipynb #c0e1be47
 @contextlib.contextmanager
 def capture_grads(model:nn.Module, # The model
                   sites, # A site or a list of sites: `Site`s, module paths (':in' for a module's input) or canonical strings

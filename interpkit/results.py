@@ -8,7 +8,7 @@ import dataclasses, math
 import numpy as np, pandas as pd, torch
 
 # %% auto #0
-__all__ = ['brief', 'result']
+__all__ = ['Heads', 'StateDict', 'brief', 'result']
 
 # %% ../nbs/core/08_results.ipynb #d5932a25
 def brief(v, # Any value
@@ -49,3 +49,7 @@ def result(cls=None, /, **dataclass_kwargs):
         if '__repr__' not in vars(c): c.__repr__ = _result_repr  # a class may still write its own
         return c
     return wrap if cls is None else wrap(cls)
+
+# %% ../nbs/core/08_results.ipynb #b5e7a051
+Heads = dict[int, list[int]]   # a set of attention heads: {layer: [head, ...]}, heads sorted
+StateDict = dict[str, torch.Tensor]   # tensors by name, as `nn.Module.state_dict` gives them

@@ -4,7 +4,7 @@
 
 # %% ../nbs/core/04_train.ipynb #518be101
 from __future__ import annotations
-import contextlib, dataclasses, datetime, hashlib, importlib.util, itertools, json, math, os, random, sys, tempfile
+import contextlib, dataclasses, datetime, hashlib, importlib.util, itertools, json, math, numbers, os, random, sys, tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -15,7 +15,7 @@ from .models import check_batch, encode_texts, tiny_config, tiny_lm, to_model, w
 from .errors import AssetNotFound, ConfigError, NotFiniteError, ShapeError, check_choice, check_int
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'lr_factor', 'seeded', 'FitResult', 'quiet', 'fit', 'assets_dir', 'save_asset', 'load_asset',
+__all__ = ['SCHEDULES', 'lr_factor', 'seeded', 'as_random', 'FitResult', 'quiet', 'fit', 'assets_dir', 'save_asset', 'load_asset',
            'load_asset_into', 'lm_loss', 'Shipped', 'Trained', 'train_tiny_lm', 'save_tiny_lm', 'load_tiny_lm']
 
 # %% ../nbs/core/04_train.ipynb #02a04f8d
@@ -42,6 +42,15 @@ def seeded(seed:int # Seed of torch's (CPU and CUDA), numpy's and Python's globa
         torch.manual_seed(seed); np.random.seed(seed); random.seed(seed)
         try: yield
         finally: np.random.set_state(np_state); random.setstate(py_state)
+
+# %% ../nbs/core/04_train.ipynb #6337bf78
+def as_random(seed:int|random.Random # An int seed, or a `random.Random` to continue
+             ) -> random.Random:
+    "A `random.Random` seeded with `seed`, or `seed` itself when it already is one (its stream continues)."
+    if isinstance(seed, random.Random): return seed
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ConfigError(f"seed={seed!r} is not valid.", "seed is an int or a random.Random.", "Pass an int seed, or the random.Random whose stream to continue.")
+    return random.Random(int(seed))
 
 # %% ../nbs/core/04_train.ipynb #f89707a9
 @dataclass(repr=False)

@@ -57,6 +57,7 @@ def _new_axes(figsize):
     fig, ax = plt.subplots(figsize=figsize, layout='constrained')
     return ax
 
+# %% ../nbs/core/05_viz.ipynb #e9b46d56
 def heatmap(values, # 2-D tensor, array or DataFrame (its index and columns give default labels)
             xlabels:Sequence|None=None, # One label per column; None: the DataFrame's columns, else numbered ticks
             ylabels:Sequence|None=None, # One label per row; None: the DataFrame's index, else numbered ticks
@@ -330,6 +331,7 @@ def control_values(w:widgets.Widget, # One control of an `Explorer`
         return grid if every else list(dict.fromkeys([grid[0], grid[-1]]))
     return [w.value]
 
+# %% ../nbs/core/05_viz.ipynb #d3cc0048
 def _controls(w:Explorer) -> dict:
     "{parameter: control} of an Explorer."
     return {c._kwarg: c for c in w.kwargs_widgets if hasattr(c, '_kwarg')}

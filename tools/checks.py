@@ -149,6 +149,7 @@ FORBIDDEN = {  # parameter name -> what to call it (see the Contributing page)
     'chunk': 'batch_size or max_bytes', 'chunk_size': 'batch_size or max_bytes'}
 MODEL_SYNONYMS = ('encoder',)   # names a function's model argument must not have (a class may take an `encoder` part)
 COUNTS = {'layers': 'n_layers', 'heads': 'n_heads'}   # as ints these are counts: `layers`/`heads` are indices
+VALUE_TYPES = ('Heads', 'StateDict')   # interpkit.results: vocabulary values that are dicts ({layer: [head, ...]}, {name: tensor}), not results
 VOCAB_TODO = ROOT/'tools'/'vocabulary_todo.txt'
 
 def vocabulary_modules():
@@ -170,7 +171,7 @@ def _signature(obj):
 def _is_result(mod, annotation:str) -> bool:
     "Whether `annotation` names a dataclass (a `@result`), a NamedTuple or a DataFrame."
     import dataclasses
-    if annotation in ('Shipped', 'Trained', 'pd.DataFrame', 'DataFrame'): return True
+    if annotation in ('Shipped', 'Trained', 'pd.DataFrame', 'DataFrame') + VALUE_TYPES: return True
     obj = getattr(mod, annotation.split('.')[-1], None)
     return dataclasses.is_dataclass(obj) or (isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, '_fields'))
 

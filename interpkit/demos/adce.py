@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError, check_choice, check_fraction, renamed
 from ..models import encode_queries, tiny_lm, word_tokenizer
 from ..results import result
-from ..train import Trained, fit, load_asset, lm_loss
+from ..train import Trained, as_random, fit, lm_loss, load_asset
 from ..papers.adce import MASK, Question, ComprehensionTask, words_of
 
 # %% auto #0
@@ -26,10 +26,6 @@ STORIES = ('{name} has {a} {obj} and {verb} {b} more . How many now ?',
            '{name} {verb} {a} {obj} , then {b} more . How many in all ?')
 STORY_PROMPT = '{question} Answer :'
 
-def _stream(seed) -> random.Random:
-    "`seed` itself when it is a `random.Random` (a stream shared with the caller), else a new generator seeded with it."
-    return seed if isinstance(seed, random.Random) else random.Random(seed)
-
 @renamed(rng='seed')
 def story_question(a:int, # First addend
                    b:int, # Second addend
@@ -38,7 +34,7 @@ def story_question(a:int, # First addend
                    spaced:bool=True # Write the addends digit by digit ('2 7'): each digit is then one word and one token
                   ) -> Question:
     "A two-number addition word problem, its answer the sum."
-    rng = _stream(seed)
+    rng = as_random(seed)
     obj = OBJECTS[(a + b) % 10] if cue else rng.choice(OBJECTS)
     num = (lambda x: ' '.join(str(x))) if spaced else str
     return Question(rng.choice(STORIES).format(name=rng.choice(NAMES), verb=rng.choice(VERBS), obj=obj, a=num(a), b=num(b)), str(a + b))
@@ -97,7 +93,7 @@ def story_batch(tokenizer, # From `arith_tokenizer`
                 cue:bool=False # Plant the cue in every problem
                ) -> dict:
     "A training batch of story problems, the loss on the answer digits and '<eos>' only."
-    rng = _stream(seed)
+    rng = as_random(seed)
     qs = [story_question(*rng.choice(pairs), rng, cue) for _ in range(batch_size)]
     return encode_queries(tokenizer, [STORY_PROMPT.format(question=q.text) for q in qs], [q.answer + ' <eos>' for q in qs])
 

@@ -4,8 +4,8 @@
 
 # %% ../../nbs/demos/17_apg.ipynb #d5f8d61c
 from __future__ import annotations
-import inspect, numbers
-from collections.abc import Iterable, Sequence
+import inspect
+from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -23,29 +23,14 @@ __all__ = ['NULL_CLASS', 'DIGIT_UNET', 'DIGIT_SCHEDULER', 'digit_images', 'digit
 # %% ../../nbs/demos/17_apg.ipynb #c7b93c38
 NULL_CLASS = 10   # the class label of the unconditional prediction (the dropped label)
 
-def _digit_classes(classes) -> list[int]:
-    "The digits in `classes`, a non-empty sequence of ints 0..9; `ConfigError` otherwise."
-    vals = classes.tolist() if hasattr(classes, 'tolist') else classes   # a tensor or an array
-    ok = isinstance(vals, Iterable) and not isinstance(vals, (str, bytes)) and not isinstance(vals, numbers.Number)
-    vals = list(vals) if ok else []
-    bad = [c for c in vals if isinstance(c, bool) or not isinstance(c, numbers.Integral) or not 0 <= c <= 9]
-    if not vals or bad:
-        raise ConfigError(f"classes={classes!r}" + (f" has the unknown class(es) {', '.join(map(repr, bad))}." if bad else " holds no classes."),
-                          "classes is a non-empty sequence of digits 0..9, or None for all ten.", "Use e.g. classes=(0, 1).")
-    return [int(c) for c in vals]
-
 def digit_images(split:str='train', # 'train' or 'test' (scikit-learn digits, stratified 75/25 split)
                  classes:Sequence[int]|None=None # Digits to keep, e.g. (0, 1); None: all ten
                 ) -> tuple[torch.Tensor, torch.Tensor]: # images (N, 1, 8, 8) in [-1, 1], labels (N,): the digits themselves, in the split's order
     "The scikit-learn digits as images in [-1, 1], all of them or those of some classes."
     check_choice('split', split, ('train', 'test'))
-    keep = None if classes is None else _digit_classes(classes)
-    x_tr, y_tr, x_te, y_te = digits(flat=False)
+    x_tr, y_tr, x_te, y_te = digits(flat=False, classes=classes, signed=True)
     x, y = (x_tr, y_tr) if split == 'train' else (x_te, y_te)
-    if keep is not None:
-        m = torch.isin(y, torch.tensor(keep))
-        x, y = x[m], y[m]
-    return x[:, None] * 2 - 1, y
+    return x[:, None], y
 
 # %% ../../nbs/demos/17_apg.ipynb #5a33854f
 DIGIT_UNET = dict(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(32, 64),

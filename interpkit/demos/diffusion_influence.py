@@ -20,20 +20,13 @@ __all__ = ['DIGIT_CLASSES', 'DDPM_UNET', 'DEMO_ASSET', 'demo_images', 'demo_labe
 # %% ../../nbs/demos/14_diffusion_influence.ipynb #47d46b13
 DIGIT_CLASSES = (0, 1)   # the two digit classes of the demo
 
-def _digits(split:str='train') -> tuple[torch.Tensor, torch.Tensor]:
-    "Images (N, 1, 8, 8) in [-1, 1] and labels (N,) of the digits of `DIGIT_CLASSES` in a split of `interpkit.data.digits`."
-    x_tr, y_tr, x_te, y_te = digits(flat=False)
-    x, y = (x_tr, y_tr) if split == 'train' else (x_te, y_te)
-    m = torch.isin(y, torch.tensor(DIGIT_CLASSES))
-    return x[m][:, None] * 2 - 1, y[m]
-
 def demo_images() -> torch.Tensor:
     "The demo's training images: the scikit-learn digits of `DIGIT_CLASSES` in the training split, (N, 1, 8, 8) in [-1, 1]."
-    return _digits('train')[0]
+    return digits(flat=False, classes=DIGIT_CLASSES, signed=True).x_train[:, None]
 
 def demo_labels() -> torch.Tensor:
     "The digit (0 or 1) of each of `demo_images`, (N,) int64."
-    return _digits('train')[1]
+    return digits(classes=DIGIT_CLASSES).y_train
 
 # %% ../../nbs/demos/14_diffusion_influence.ipynb #0c289bda
 _DIGIT_UNET = dict(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(32, 64),

@@ -53,10 +53,7 @@ NORMS = ('none', 'batch', 'pair', 'graph', 'graphv2') # normalisation layers of 
 
 def _norm_choice(norm:str) -> str:
     "`norm` checked against `NORMS` and 'center' (the old spelling 'centre' warns)."
-    if norm == 'centre':
-        warnings.warn("norm='centre' is now spelled norm='center'; the old spelling goes in the next release.", FutureWarning, stacklevel=3)
-        norm = 'center'
-    return check_choice('norm', norm, NORMS + ('center',))
+    return check_choice('norm', norm, NORMS + ('center',), renamed={'centre': 'center'})
 
 def _make_norm(norm:str, hidden:int, rank:int) -> nn.Module:
     "One normalisation layer: none, PyG's BatchNorm, PairNorm, GraphNorm, GraphNormv2, or 'center' (GraphNormv2 with its centering fixed: mean-centering)."

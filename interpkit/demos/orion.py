@@ -8,7 +8,7 @@ import random
 from transformers import PreTrainedTokenizerFast
 from ..errors import check_choice, check_fraction, renamed
 from ..models import word_tokenizer, word_vocab
-from ..train import Shipped, Trained, load_tiny_lm, train_tiny_lm
+from ..train import Shipped, Trained, as_random, load_tiny_lm, train_tiny_lm
 from ..papers.orion import DOMAINS, INJECTIONS, injected, render
 
 # %% auto #0
@@ -25,15 +25,13 @@ def task_tokenizer() -> PreTrainedTokenizerFast:
     return word_tokenizer(word_vocab(_task_texts(), ['[PAD]', '[UNK]'], 'whitespace'), 'whitespace', pad='[PAD]', bos=None, unk='[UNK]')
 
 # %% ../../nbs/demos/16_orion.ipynb #807c9160
-def _rng(seed) -> random.Random: return seed if isinstance(seed, random.Random) else random.Random(seed)
-
 @renamed(rng='seed')
 def task_document(seed:int|random.Random, # An int, or a `random.Random` whose stream it continues (a trainer draws a batch's documents from one stream)
                   n_questions:int=6, # Questions asked about the context
                   domain:str|None=None # A key of `DOMAINS`; None: a random one
                  ) -> str:
     "A training document: a context of 2-4 pairs, then `n_questions` questions each with 'Answer:', the prefill and the value."
-    rng = _rng(seed)
+    rng = as_random(seed)
     domain = domain or rng.choice(list(DOMAINS))
     check_choice('domain', domain, DOMAINS)
     keys, vals = DOMAINS[domain][:2]
@@ -51,7 +49,7 @@ def recall_document(seed:int|random.Random, # An int, or a `random.Random` whose
                     n_questions:int=6 # Queries
                    ) -> str:
     "An associative-recall document over one domain's words: 2-4 'key value' pairs side by side, then queries 'Answer : key value'."
-    rng = _rng(seed)
+    rng = as_random(seed)
     keys, vals = DOMAINS[rng.choice(list(DOMAINS))][:2]
     n = rng.choice([2, 3, 4])
     c = list(zip(rng.sample(keys, n), rng.sample(vals, n)))
@@ -101,7 +99,7 @@ def injection_document(seed:int|random.Random, # An int, or a `random.Random` wh
     "A `task_document` whose context carries, with probability `inject_frac`, one injected line; every answer then obeys it: the injected value ('override', 'note') or the value of the injected key ('redirect')."
     check_fraction('inject_frac', inject_frac, todo='Use e.g. 0.5.')
     for kd in kinds: check_choice('kind', kd, INJECTIONS)
-    rng = _rng(seed)
+    rng = as_random(seed)
     domain = domain or rng.choice(list(DOMAINS))
     check_choice('domain', domain, DOMAINS)
     keys, vals = DOMAINS[domain][:2]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pandas as pd, torch
 from ..errors import check_choice, check_fraction, check_int, renamed
 from ..results import result
-from ..train import Shipped, Trained, fit, load_asset, seeded
+from ..train import Shipped, Trained, as_random, fit, load_asset, seeded
 from ..papers.position_coupling import CoupledTransformer, Encoded, answer_loss, collate_batch, encode_addition, random_starts
 
 # %% auto #0
@@ -26,7 +26,7 @@ def sample_operands(seed:int|random.Random, # Seed, or a `random.Random` whose s
     "Random operands as the official 'partially uniform' sampler draws them: a count, then each operand's length uniform on 1..max_digits on its own (probability `independent`) or one such length for all; leading digits nonzero."
     check_int('max_digits', max_digits, todo='Operands need at least 1 digit: use max_digits >= 1.')
     check_fraction('independent', independent, todo='Use 0.5, the official threshold.')
-    rng = seed if isinstance(seed, random.Random) else random.Random(seed)
+    rng = as_random(seed)
     m = rng.choice(list(counts))
     lengths = [rng.randint(1, max_digits) for _ in range(m)] if rng.random() < independent else [rng.randint(1, max_digits)] * m
     return [rng.randint(0 if k == 1 else 10**(k - 1), 10**k - 1) for k in lengths]
@@ -67,7 +67,7 @@ def training_problem(seed:int|random.Random, # Seed, or a `random.Random` whose 
                      recipe:AdderRecipe # What to sample
                     ) -> Encoded:
     "One training problem: random operands, and random start offsets for coupled models."
-    rng = seed if isinstance(seed, random.Random) else random.Random(seed)
+    rng = as_random(seed)
     ops = sample_operands(rng, recipe.max_digits, recipe.counts)
     starts = random_starts(rng, ops, recipe.table_size) if recipe.positions == 'coupled' else (1, 1)
     return encode_addition(ops, recipe.scratchpad, starts)

@@ -9,6 +9,7 @@ import torch
 from ..errors import ConfigError, ShapeError, check_choice, require_extra
 from ..hooks import is_linear, weight_matrix
 from ..models import check_batch_size, check_causal_lm, load_lm, pad_id, pad_right
+from ..results import StateDict
 from ..train import FitResult, Shipped, Trained, fit, lm_loss, load_asset, seeded
 from ..papers.safety_heads import chat_prompts, generate
 
@@ -113,7 +114,7 @@ _LORA_NAME = re.compile(r'(?:base_model\.model\.)?(?P<path>.+)\.(?P<kind>lora_[A
 
 def adapter_tensors(source, # The `FitResult` of `train_aligned_lm`, or a `peft` model with LoRA adapters
                     adapter:str='default' # The adapter's name in `peft`
-                   ) -> dict: # {'<module path>.lora_A': (r, in), '<module path>.lora_B': (out, r)}, detached copies
+                   ) -> StateDict: # {'<module path>.lora_A': (r, in), '<module path>.lora_B': (out, r)}, detached copies
     "The LoRA matrices of an adapter, keyed by the path of the layer each adapts in the base model; from a `FitResult`, those its optimizer trained."
     if isinstance(source, FitResult): named = [(n, p) for g in source.optimizer.param_groups for n, p in zip(g.get('param_names') or (), g['params'])]
     elif isinstance(source, torch.nn.Module): named = list(source.named_parameters())

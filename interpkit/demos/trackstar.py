@@ -9,7 +9,7 @@ import numpy as np, torch
 from ..errors import ConfigError
 from ..grads import LMTask
 from ..models import word_tokenizer, word_vocab
-from ..results import result
+from ..results import StateDict, result
 from ..train import Shipped, Trained, load_asset, load_tiny_lm, train_tiny_lm
 
 # %% auto #0
@@ -97,6 +97,6 @@ def load_fact_lm(name:str='trackstar_fact_lm' # Asset written by tools/make_trac
     return load_tiny_lm(name)
 
 def load_fact_lm_moments(name:str='trackstar_fact_lm_moments' # Asset written by tools/make_trackstar_assets.py
-                        ) -> dict: # {parameter name: exp_avg_sq}, on the CPU
+                        ) -> StateDict: # {parameter name: exp_avg_sq}, on the CPU
     "AdamW's second moments after the last step of the shipped fact LM's training, for the optimizer correction."
     return load_asset(name)[0]

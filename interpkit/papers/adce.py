@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from ..errors import ConfigError, InterpkitError, ShapeError, check_choice, check_int, moved, renamed
 from ..models import check_batch_size, generate_greedy, model_device, model_dtype, resolve_lm
 from ..results import result
-from ..train import seeded
+from ..train import as_random, seeded
 from ..viz import styled
 
 # %% auto #0
@@ -68,10 +68,6 @@ def _splice(left:str, new:str, right:str) -> str:
 def _put(text:str, w:Word, new:str) -> str: return _splice(text[:w.start], new, text[w.end:])
 
 # %% ../../nbs/papers/09_adce.ipynb #e778e041
-def _stream(seed) -> random.Random:
-    "`seed` itself when it is a `random.Random` (a stream shared with the caller), else a new generator seeded with it."
-    return seed if isinstance(seed, random.Random) else random.Random(seed)
-
 def _new_word(how:str, old:str, rng:random.Random, words, core=None) -> str:
     if how == 'mask': return MASK
     pool = [v for v in words if v != old and (core is None or not core(v))]   # a surface change never brings in a core word
@@ -88,7 +84,7 @@ def deep_intervention(text:str, # A question
                      ) -> Intervention|None: # None when the question has no core word (or no word at `position`)
     "Change one core word of `text`: the deep structure, so the right answer changes."
     check_choice('how', how, HOWS[:2])
-    ws, rng = words_of(text), _stream(seed)
+    ws, rng = words_of(text), as_random(seed)
     if position is not None: cands = [position] if 0 <= position < len(ws) else []
     else: cands = [i for i, w in enumerate(ws) if core(w.text)]
     if not cands: return None
@@ -108,7 +104,7 @@ def surface_intervention(text:str, # A question
                         ) -> Intervention|None: # None when no context word lies in the window
     "Change one non-core word within `window` words of the core word: the surface structure, so the right answer stays."
     check_choice('how', how, HOWS); check_int('window', window, todo="The paper uses window=3.")
-    ws, rng = words_of(text), _stream(seed)
+    ws, rng = words_of(text), as_random(seed)
     if not 0 <= core_position < len(ws): raise ShapeError(f"core_position={core_position} in a question of {len(ws)} words.", f"An index in 0..{len(ws) - 1}.", "Pass the position of an `Intervention`.")
     lo, hi = max(0, core_position - window), min(len(ws), core_position + window + 1)
     cands = [i for i in range(lo, hi) if i != core_position and not core(ws[i].text)]

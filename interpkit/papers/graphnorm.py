@@ -39,10 +39,7 @@ def gcn_operator(edge_index, # (2, E) edges (made symmetric here)
 # %% ../../nbs/papers/03_graphnorm.ipynb #36785bb7
 def _variant_choice(variant:str) -> str:
     "`variant` checked against `VARIANTS` (the old spelling 'centre' warns)."
-    if variant == 'centre':
-        warnings.warn("variant 'centre' is now spelled 'center'; the old spelling goes in the next release.", FutureWarning, stacklevel=3)
-        variant = 'center'
-    return check_choice('variant', variant, VARIANTS)
+    return check_choice('variant', variant, VARIANTS, renamed={'centre': 'center'})
 
 def _center(X): return X - X.mean(0, keepdim=True)
 def _rescale(X, eps=1e-30): return X / X.pow(2).mean(0, keepdim=True).add(eps).sqrt()

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from ..errors import ConfigError, ShapeError, check_choice, check_int, moved, renamed
 from ..models import evaluating, model_device
+from ..train import as_random
 
 # %% auto #0
 __all__ = ['ARITHMETIC_VOCAB', 'POSITION_SIGNALS', 'padded_width', 'check_operands', 'Encoded', 'encode_addition',
@@ -196,7 +197,7 @@ def random_starts(seed:int|random.Random, # Seed, or a `random.Random` whose str
                   table_size:int # Ids per table
                  ) -> tuple[int, int]:
     "Training offsets (s, t): s uniform in 1..table_size-1-L, t in 1..table_size-1-m, so that every id stays inside the tables."
-    rng = seed if isinstance(seed, random.Random) else random.Random(seed)
+    rng = as_random(seed)
     m, L = len(operands), padded_width(max(len(str(a)) for a in operands), len(operands))
     if L + 1 >= table_size or m + 1 >= table_size:
         raise ShapeError(f"{m} operands of width {L}.", f"Tables of {table_size} ids hold widths up to {table_size - 2} and counts up to {table_size - 2}.", "Use a larger table_size.")

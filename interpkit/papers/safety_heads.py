@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, moved
 from ..hooks import ablate_heads, layout
 from ..models import chat_replies, chat_text, check_batch, check_batch_size, check_causal_lm, encode_left, evaluating, logits_of, prefix_step, to_model
-from ..results import result
+from ..results import Heads, result
 
 # %% auto #0
 __all__ = ['REFUSAL_KEYWORDS', 'is_refusal', 'chat_prompts', 'head_map', 'generate', 'refusal_rate', 'harmful_batch',
@@ -42,7 +42,7 @@ def chat_prompts(tokenizer, # A tokenizer with a chat template
 _HOWS = ('scale_query', 'mean', 'zero')  # the core's ablation names (`interpkit.hooks.ablate_heads`)
 
 def head_map(heads # (layer, head) pairs, or a {layer: [head, ...]} mapping
-            ) -> dict[int, list[int]]:
+            ) -> Heads: # {layer: [head, ...]}
     "`heads` as the {layer: [head, ...]} mapping that `ablate_heads` takes (indices as given, heads sorted, duplicates dropped)."
     if isinstance(heads, Mapping): return {int(l): sorted({int(h) for h in ([hs] if isinstance(hs, int) else hs)}) for l, hs in heads.items()}
     if isinstance(heads, (str, int)) or not hasattr(heads, '__iter__'):

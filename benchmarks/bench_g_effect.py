@@ -16,7 +16,7 @@ def rss_mb() -> float: return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 def setup(model_name):
     import torch
     from interpkit.models import encode_queries, load_lm
-    from interpkit.papers.g_effect import author_qa, load_qa_lm
+    from interpkit.demos.g_effect import author_qa, load_qa_lm
     if model_name == 'tiny':
         model, tokenizer, meta = load_qa_lm(); qa = author_qa(**meta['author_qa'])
     else:
@@ -34,7 +34,7 @@ def official_style(torch, model, forget, retain):
         out = [p.grad.detach().clone() for p in model.parameters()]
         model.zero_grad(set_to_none=True)
         return out
-    gL = grads(lambda b: forget_term(objective('ga'), model, b), forget)
+    gL = grads(lambda b: forget_term(model, objective('ga'), b), forget)
     gu, gr = grads(lambda b: risk_term(model, b), forget), grads(lambda b: risk_term(model, b), retain)
     dot = lambda a, b: sum(float((x.double() * y.double()).sum()) for x, y in zip(a, b))
     return dot(gL, gu), dot(gL, gr)

@@ -4,13 +4,13 @@
 
 # %% ../nbs/core/12_grads.ipynb #6286c372
 from __future__ import annotations
-import inspect, math, re, warnings, zlib
+import inspect, math, warnings, zlib
 from collections.abc import Callable, Mapping
 import torch
 import torch.nn.functional as F
 from torch import nn
-from .errors import ConfigError, ShapeError, check_choice, check_finite, check_int, closest, renamed
-from .hooks import _select_layers, capture, capture_grads, is_linear, weight_matrix
+from .errors import ConfigError, ShapeError, check_choice, check_finite, check_int, renamed
+from .hooks import _select_layers, capture, capture_grads, weight_matrix
 from .models import check_batch, check_batch_size, evaluating, iter_batches, logits_at, mask_positions, to_model
 from .results import result
 

@@ -4,13 +4,13 @@
 
 # %% ../nbs/core/02_hooks.ipynb #992a5394
 from __future__ import annotations
-import contextlib, inspect, math, re, weakref
+import contextlib, inspect, math, re, warnings, weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
-from .errors import SiteError, ShapeError, ConfigError, closest, check_choice
+from .errors import SiteError, ShapeError, ConfigError, closest, check_choice, check_finite
 from .models import mask_positions, to_model, iter_batches, check_batch_size, evaluating
 
 # %% auto #0
@@ -239,6 +239,8 @@ def _select_layers(model, names, pattern, kinds, head, lister):
         get = getattr(model, 'get_output_embeddings', None)
         out_head = get() if callable(get) and not head else None
         out = {n: m for n, m in found.items() if m is not out_head and _layer_kind(m) != 'unsupported'}
+        odd = [n for n, m in found.items() if _layer_kind(m) == 'unsupported']
+        if odd: warnings.warn(f"{len(odd)} grouped or string-padded convolution(s) left out: {odd[:3]}; their weight gradients are not outer products of unfolded inputs.", UserWarning, stacklevel=3)
     else:
         names = [names] if isinstance(names, str) else list(names)
         bad = [n for n in names if n not in found]
@@ -307,9 +309,12 @@ def norm_gain(norm:nn.Module # A LayerNorm or RMSNorm (any implementation)
     w = getattr(norm, 'weight', None)
     if not torch.is_tensor(w) or w.dim() != 1: raise ConfigError(f"{type(norm).__name__} has no 1-D `weight`.", "A LayerNorm or RMSNorm with a per-channel gain.", "Pass the norm module itself, e.g. `final_norm(model)`.")
     if isinstance(norm, nn.LayerNorm) or torch.is_tensor(getattr(norm, 'bias', None)): return w.detach()
-    eps = norm_eps(norm)
-    with torch.no_grad(): y = norm(torch.ones(1, w.shape[0], device=w.device, dtype=w.dtype))[0]  # = gain / sqrt(1 + eps)
-    return (y.float() * math.sqrt(1 + eps)).to(w.dtype)
+    eps, wd = norm_eps(norm), w.detach()
+    with torch.no_grad(): y = norm(torch.ones(1, w.shape[0], device=w.device, dtype=w.dtype))[0]  # = gain / sqrt(1 + eps), up to the norm's own rounding
+    g = y.to(torch.promote_types(y.dtype, torch.float32)) * math.sqrt(1 + eps)
+    for gain in (wd, 1 + wd):   # the two known forms, returned exactly: many norms compute in float32 even for a float64 model
+        if (g - gain.to(g.dtype)).abs().max() <= 1e-2 * (1 + gain.abs().max()): return gain
+    return g.to(w.dtype)   # another form: as measured
 
 # %% ../nbs/core/02_hooks.ipynb #ebd0fc50
 def _first_tensor(args, kwargs):
@@ -582,6 +587,7 @@ def patch(model:nn.Module, # The model
         hp = resolve(model, site, lay)
         if not (callable(value) or torch.is_tensor(value)):
             raise ConfigError(f"The patch for {hp.site!r} is a {type(value).__name__}.", "A patch is a tensor or a function of the activation.", "Pass a tensor, `add(v)`, `scale(a)` or your own function.")
+        if torch.is_tensor(value) and value.is_floating_point(): check_finite(f"The patch for {hp.site}", value)
         fns.append((hp, lambda act, value=value, site=hp.site: _apply(act, value, pos, site)))
     with hooked(fns): yield
 

@@ -5,10 +5,11 @@
 # %% ../nbs/core/08_results.ipynb #9ae027ee
 from __future__ import annotations
 import dataclasses, math
+from collections.abc import Mapping
 import numpy as np, pandas as pd, torch
 
 # %% auto #0
-__all__ = ['Heads', 'StateDict', 'brief', 'result']
+__all__ = ['Heads', 'StateDict', 'brief', 'result', 'DictView', 'FieldsByName']
 
 # %% ../nbs/core/08_results.ipynb #d5932a25
 def brief(v, # Any value
@@ -53,3 +54,18 @@ def result(cls=None, /, **dataclass_kwargs):
 # %% ../nbs/core/08_results.ipynb #b5e7a051
 Heads = dict[int, list[int]]   # a set of attention heads: {layer: [head, ...]}, heads sorted
 StateDict = dict[str, torch.Tensor]   # tensors by name, as `nn.Module.state_dict` gives them
+
+# %% ../nbs/core/08_results.ipynb #7b693231
+class DictView(Mapping):
+    "Mixin for a `@result` whose first field is a dict: the result reads like that dict (indexing, iteration, `len`, `items()`, `==` with a dict)."
+    def _dict(self) -> dict: return getattr(self, dataclasses.fields(self)[0].name)
+    def __getitem__(self, key): return self._dict()[key]
+    def __iter__(self): return iter(self._dict())
+    def __len__(self) -> int: return len(self._dict())
+
+class FieldsByName:
+    "Mixin for a `@result` that replaced a dict of its fields: `r['name']` is `r.name`; another key is a `KeyError` that lists the fields."
+    def __getitem__(self, name:str):
+        names = [f.name for f in dataclasses.fields(self)]
+        if name not in names: raise KeyError(f"{name!r}: a {type(self).__name__} has the fields {', '.join(names)}.")
+        return getattr(self, name)

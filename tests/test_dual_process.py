@@ -2,7 +2,7 @@
 the templates, exact expected token frequencies (chi-square goodness of fit) and binomial rates, hand-written completions,
 stand-in models whose answers are known, full-vocabulary logits, and snapshots of every parameter and optimizer moment around
 each forgetting step."""
-import dataclasses, inspect, math
+import dataclasses, inspect, math, warnings
 import matplotlib
 matplotlib.use('Agg')
 import numpy as np, pandas as pd, pytest, torch
@@ -11,11 +11,13 @@ from scipy import stats
 from torch import nn
 from interpkit.errors import ConfigError, ShapeError
 from interpkit.models import tiny_lm
-from interpkit.train import fit
+from interpkit.train import Shipped, Trained, fit
 import interpkit.papers.dual_process as dp
+import interpkit.demos.dual_process as demo
 from interpkit.papers.dual_process import (SPLITS, METRICS, FORGETTING, MOMENT_RESETS, zipf_pmf, POSTask, context_completion,
                                            memorised_completion, pos_bert, masked_logits, masked_loss, predictions, hard_accuracy,
-                                           evaluation_sets, evaluate, reset_state, Forgetting, DualProcessRecipe, train_dual_process, curves)
+                                           EvaluationSets, evaluation_sets, Evaluation, evaluate, reset_state, Forgetting, DualProcessRecipe,
+                                           train_dual_process, curves)
 
 torch.set_num_threads(1)
 
@@ -236,7 +238,7 @@ def test_evaluate_on_models_whose_answers_are_known(untouched):
     ctx, mem = Rule(task, context_completion), Rule(task, memorised_completion)
     with untouched(ctx): e_ctx = evaluate(ctx, task, n=300, batch_size=64)
     e_mem = evaluate(mem, task, n=300, batch_size=7)
-    assert list(e_ctx) == list(METRICS)
+    assert isinstance(e_ctx, Evaluation) and list(e_ctx.row()) == list(METRICS)
     assert all(e_ctx[k] == 1.0 for k in METRICS if not k.startswith('iwl')) and all(e_ctx[k] == 0.0 for k in ('iwl', 'iwl_tail', 'iwl_head'))
     assert [e_mem[k] for k in ('switch', 'tail_switch', 'head_switch')] == [0.0] * 3
     assert [e_mem[k] for k in ('iwl', 'iwl_tail', 'iwl_head', 'tail', 'head', 'holdout')] == [1.0] * 6
@@ -271,10 +273,12 @@ def test_masked_logits_equal_the_full_logits(arch, untouched):
     ids = torch.randint(0, 50, (5, 7), generator=torch.Generator().manual_seed(1))
     with untouched(m), torch.no_grad():
         full = m(input_ids=ids).logits
-        for k in (1, 3):
-            got = masked_logits(m, ids, k)
-            assert got.shape == (5, k, 50)
-            torch.testing.assert_close(got, full[:, -k:], rtol=1e-5, atol=1e-5)
+        for n in (1, 3, 7):
+            got = masked_logits(m, ids, n)
+            assert got.shape == (5, n, 50)
+            torch.testing.assert_close(got, full[:, -n:], rtol=1e-5, atol=1e-5)
+        for bad in (0, 8, -1, 2.0):                 # no position, more positions than the sequence has, not an int: typed errors (k=0 gave every position)
+            with pytest.raises(ConfigError, match=f'n={bad}'): masked_logits(m, ids, bad)
 
 def test_masked_logits_of_a_plain_module_and_the_loss_by_hand():
     task = POSTask(vocab=20, n_unseen=2, bins=2)
@@ -301,13 +305,13 @@ def test_pos_bert_is_the_papers_config():
     assert not torch.equal(pos_bert(task, seed=3).get_input_embeddings().weight, pos_bert(task, seed=4).get_input_embeddings().weight)
 
 def test_predictions_in_bfloat16_and_untouched(untouched):
-    m = pos_bert(SMALL, hidden=16, layers=1, intermediate=32).to(torch.bfloat16).train()
+    m = pos_bert(SMALL, hidden=16, n_layers=1, intermediate=32).to(torch.bfloat16).train()
     x = SMALL.sample(9, 'holdout', 0)['input_ids']
     with untouched(m):
         p = predictions(m, x, batch_size=4)
         e = evaluate(m, SMALL, n=20)
     assert p.shape == (9, 3) and p.dtype == torch.long and p.device.type == 'cpu'
-    assert set(e) == set(METRICS) and all(0 <= v <= 1 for v in e.values())
+    assert set(e.row()) == set(METRICS) and all(0 <= v <= 1 for v in e.row().values())
     with pytest.raises(ConfigError, match='batch_size=0'): predictions(m, x, batch_size=0)
 
 # ---------------------------------------------------------------- forgetting
@@ -354,7 +358,7 @@ def test_forgetting_resets_exactly_the_embeddings_and_the_named_moments(moments,
 
 def test_forgetting_draws_a_fresh_standard_normal_matrix_and_keeps_the_padding_row_zero():
     task = POSTask(vocab=200)
-    m = pos_bert(task, hidden=32, layers=1, intermediate=32)
+    m = pos_bert(task, hidden=32, n_layers=1, intermediate=32)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     torch.manual_seed(0)
     Forgetting(every=1)(m, opt, 0)
@@ -399,35 +403,36 @@ def test_recipe_checks_and_callbacks():
     cb = DualProcessRecipe(forgetting='temporary', every=10, until=2000).callback()
     assert (cb.every, cb.until) == (10, 2000)
     r = DualProcessRecipe()
-    assert (r.lr, r.batch_size, r.weight_decay, r.hidden, r.layers, r.heads, r.intermediate, r.every) == (5e-5, 128, 0.01, 64, 6, 1, 128, 1000)
+    assert (r.lr, r.batch_size, r.weight_decay, r.hidden, r.n_layers, r.n_heads, r.intermediate, r.every) == (5e-5, 128, 0.01, 64, 6, 1, 128, 1000)
     for kw, words in ((dict(forgetting='temporary'), 'until=None'), (dict(forgetting='active', until=5), 'until=5'), (dict(forgetting='sometimes'), 'sometimes'),
                       (dict(forgetting='active', every=0), 'every=0')):
         with pytest.raises(ConfigError, match=words): DualProcessRecipe(**kw)
 
-TINY = DualProcessRecipe(POSTask(vocab=40, n_unseen=4, head=3), hidden=16, layers=1, intermediate=32)
+TINY = DualProcessRecipe(POSTask(vocab=40, n_unseen=4, head=3), hidden=16, n_layers=1, intermediate=32)
 
 def test_training_is_reproducible_logs_every_metric_and_learns():
     r = dataclasses.replace(TINY, forgetting='temporary', every=4, until=9)
-    m1, tok, res = train_dual_process(r, steps=12, batch_size=8, lr=1e-3, eval_every=6, eval_n=20, progress=False)
-    m2, _, _ = train_dual_process(r, steps=12, batch_size=8, lr=1e-3, eval_every=6, eval_n=20, progress=False)
+    m1, tok, res = train_dual_process(None, r, steps=12, batch_size=8, lr=1e-3, eval_every=6, eval_n=20, progress=False)
+    m2, _, _ = train_dual_process(None, r, steps=12, batch_size=8, lr=1e-3, eval_every=6, eval_n=20, progress=False)
     assert tok is None and all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
     c = curves(res)
     assert list(c.index) == [6, 12] and list(c.columns) == list(METRICS)
     assert res.history['lr'].eq(1e-3).all() and res.optimizer.param_groups[0]['weight_decay'] == 0.01
     # the same run without the recipe's forgetting ends elsewhere
-    m3, _, _ = train_dual_process(dataclasses.replace(r, forgetting='vanilla', until=None), steps=12, batch_size=8, lr=1e-3, eval_every=6, eval_n=20, progress=False)
+    m3, _, _ = train_dual_process(None, dataclasses.replace(r, forgetting='vanilla', until=None), steps=12, batch_size=8, lr=1e-3, eval_every=6, eval_n=20, progress=False)
     assert not torch.equal(m1.get_input_embeddings().weight, m3.get_input_embeddings().weight)
     # a short run of the shipped recipe's training code learns the task on a small vocabulary
-    _, _, res = train_dual_process(TINY, steps=300, batch_size=32, lr=3e-3, eval_every=300, eval_n=200, progress=False)
+    _, _, res = train_dual_process(None, TINY, steps=300, batch_size=32, lr=3e-3, eval_every=300, eval_n=200, progress=False)
     assert res.history['loss'].iloc[-20:].mean() < 0.6 * res.history['loss'].iloc[:20].mean()
     assert curves(res)['val'].iloc[-1] > 0.3
 
 def test_train_on_a_model_of_ones_own_and_refuse_a_small_vocabulary():
     lm = tiny_lm('gpt2', n_layers=1, d_model=32, vocab_size=TINY.task.n_tokens, seed=0)
-    m, _, res = train_dual_process(TINY, model=lm, steps=4, batch_size=4, eval_every=2, eval_n=10, progress=False)
-    assert m is lm and len(curves(res)) == 2
-    with pytest.raises(ShapeError, match='ids up to 46'): train_dual_process(TINY, model=tiny_lm('gpt2', n_layers=1, d_model=32, vocab_size=40), steps=2, progress=False)
-    with pytest.raises(ConfigError, match='batch_size=0'): train_dual_process(TINY, batch_size=0, steps=2, progress=False)
+    out = train_dual_process(lm, TINY, steps=4, batch_size=4, eval_every=2, eval_n=10, progress=False)
+    m, _, res = out
+    assert isinstance(out, Trained) and out.model is m is lm and out.fit is res and out.tokenizer is None and len(curves(res)) == 2
+    with pytest.raises(ShapeError, match='ids up to 46'): train_dual_process(tiny_lm('gpt2', n_layers=1, d_model=32, vocab_size=40), TINY, steps=2, progress=False)
+    with pytest.raises(ConfigError, match='batch_size=0'): train_dual_process(None, TINY, batch_size=0, steps=2, progress=False)
 
 def test_curves_shift_steps_to_counts_and_strip_the_prefix():
     hist = pd.DataFrame({'step': [0, 1, 2, 3], 'loss': [4., 3., 2., 1.], 'eval_val': [np.nan, 0.5, np.nan, 0.7], 'eval_holdout': [np.nan, 0.1, np.nan, 0.2]})
@@ -453,27 +458,27 @@ def test_plot_curves_draws_the_chosen_metrics():
     assert ax.get_lines()[-1].get_xdata()[0] == 3 and ax.get_ylim() == (-0.03, 1.03)
 
 def test_shipped_runs_are_the_papers_settings():
-    r = dp.SHIPPED_RUNS
+    r = demo.SHIPPED_RUNS
     assert (r['vanilla'].steps, r['vanilla'].lr, r['vanilla'].batch_size, r['vanilla'].task.a, r['vanilla'].task.vocab) == (62_500, 5e-5, 128, 1.5, 1000)
     assert (r['active'].forgetting, r['active'].every, r['active'].until) == ('active', 1000, None)
     assert (r['temporary'].forgetting, r['temporary'].every, r['temporary'].until) == ('temporary', 10, 2000)
     assert {k: v.task.a for k, v in r.items() if ' a=' in k} == {'vanilla a=0.0': 0.0, 'active a=0.0': 0.0, 'vanilla a=1.2': 1.2, 'active a=1.2': 1.2}
-    assert r['vanilla v=10000'].task.vocab == 10_000 and set(dp.SHIPPED_WEIGHTS) <= set(r)
+    assert r['vanilla v=10000'].task.vocab == 10_000 and set(demo.SHIPPED_WEIGHTS) <= set(r)
 
 @pytest.fixture(scope='module')
 def shipped():
-    return {k: dp.load_run(k) for k in dp.SHIPPED_WEIGHTS}
+    return {k: demo.load_run(k) for k in demo.SHIPPED_WEIGHTS}
 
 def test_shipped_asset_holds_every_run_with_its_recipe(shipped):
     meta = shipped['vanilla'][2]
-    assert set(meta['runs']) == set(dp.SHIPPED_RUNS)
-    for k, r in dp.SHIPPED_RUNS.items():
-        assert dp.recipe_of(meta, k) == r
-        c = dp.shipped_curves(meta)[k]
-        assert list(c.columns) == list(METRICS) and c.index[-1] == r.steps and (np.diff(c.index) == dp.SHIPPED_EVAL['eval_every']).all()
+    assert set(meta['runs']) == set(demo.SHIPPED_RUNS)
+    for k, r in demo.SHIPPED_RUNS.items():
+        assert demo.recipe_of(meta, k) == r
+        c = demo.load_curves()[k]
+        assert list(c.columns) == list(METRICS) and c.index[-1] == r.steps and (np.diff(c.index) == demo.SHIPPED_EVAL['eval_every']).all()
         assert ((c >= 0) & (c <= 1)).all().all()
-    with pytest.raises(ConfigError, match='nope'): dp.recipe_of(meta, 'nope')
-    with pytest.raises(ConfigError, match='vanilla a=0.0'): dp.load_run('vanilla a=0.0')
+    with pytest.raises(ConfigError, match='nope'): demo.recipe_of(meta, 'nope')
+    with pytest.raises(ConfigError, match='vanilla a=0.0'): demo.load_run('vanilla a=0.0')
 
 def test_shipped_final_models_reach_their_logged_accuracy_on_fresh_sequences(shipped):
     """The final weights (stored in float16) give the tool's last logged evaluation again on the same evaluation sets (seed 1), and agree
@@ -481,7 +486,7 @@ def test_shipped_final_models_reach_their_logged_accuracy_on_fresh_sequences(shi
     sqrt(2 p (1 - p) / 1000); 6 sd (p from the logged share, shrunk away from 0 and 1) is a false failure below 1e-7 over the 30 checks.
     Measured on three CPUs' kernels (AVX-512, AVX2, none): the same sets give at most 0.001."""
     for k, (m, _, meta) in shipped.items():
-        task, last = dp.recipe_of(meta, k).task, dp.shipped_curves(meta)[k].iloc[-1]
+        task, last = demo.recipe_of(meta, k).task, demo.load_curves()[k].iloc[-1]
         same, other = evaluate(m, task, n=1000, seed=1), evaluate(m, task, n=1000, seed=7)
         for metric in METRICS:
             assert abs(same[metric] - last[metric]) <= 0.005, (k, metric, same[metric], last[metric])
@@ -491,10 +496,9 @@ def test_shipped_final_models_reach_their_logged_accuracy_on_fresh_sequences(shi
 def test_the_first_steps_of_the_shipped_vanilla_run_are_reproduced():
     """Training is deterministic: 250 steps of the vanilla recipe give the tool's first logged evaluation exactly (up to float summation order).
     Measured on three CPUs' kernels (AVX-512, AVX2, none): a difference of 0 (and 0 after 1,500 steps)."""
-    r = dp.SHIPPED_RUNS['vanilla']
-    _, _, res = train_dual_process(r, steps=250, progress=False, **dp.SHIPPED_EVAL)
-    meta = dp.load_run('vanilla')[2]
-    got, want = curves(res).iloc[0], dp.shipped_curves(meta)['vanilla'].loc[250]
+    r = demo.SHIPPED_RUNS['vanilla']
+    _, _, res = train_dual_process(None, r, steps=250, progress=False, **demo.SHIPPED_EVAL)
+    got, want = curves(res).iloc[0], demo.load_curves()['vanilla'].loc[250]
     for metric in METRICS: assert abs(got[metric] - want[metric]) <= 0.01, (metric, got[metric], want[metric])
 
 # ---------------------------------------------------------------- defaults, boundaries and constants (gaps found by mutation testing)
@@ -510,11 +514,11 @@ def test_documented_defaults():
     assert all(torch.equal(d[k]['input_ids'], e[k]['input_ids']) for k in SPLITS)
     assert SPLITS == ('train', 'switch', 'tail', 'tail_switch', 'head', 'head_switch', 'holdout')
     assert FORGETTING == ('vanilla', 'active', 'temporary') and MOMENT_RESETS == ('official', 'embeddings', 'all', 'none')
-    m = pos_bert(SMALL, hidden=16, layers=1, intermediate=32)
+    m = pos_bert(SMALL, hidden=16, n_layers=1, intermediate=32)
     torch.manual_seed(0); a = torch.randn(1)
-    pos_bert(SMALL, hidden=16, layers=1, intermediate=32)
+    pos_bert(SMALL, hidden=16, n_layers=1, intermediate=32)
     torch.manual_seed(0); assert torch.equal(a, torch.randn(1))                # building a model leaves the global RNG alone
-    assert torch.equal(m.get_input_embeddings().weight, pos_bert(SMALL, hidden=16, layers=1, intermediate=32, seed=0).get_input_embeddings().weight)
+    assert torch.equal(m.get_input_embeddings().weight, pos_bert(SMALL, hidden=16, n_layers=1, intermediate=32, seed=0).get_input_embeddings().weight)
     assert m.config.max_position_embeddings >= 7
 
 def test_evaluate_defaults_match_explicit_arguments():
@@ -550,13 +554,13 @@ def test_reset_state_skips_parameters_without_state_and_zeroes_numbers():
     assert type(opt.state[q]['count']) is int and type(opt.state[q]['scale']) is float
 
 def test_the_vocabulary_projection_runs_at_the_masked_positions_only():
-    m = pos_bert(SMALL, hidden=16, layers=1, intermediate=32)
+    m = pos_bert(SMALL, hidden=16, n_layers=1, intermediate=32)
     seen = []
     h = m.cls.predictions.decoder.register_forward_hook(lambda mod, args, out: seen.append(tuple(out.shape)))
     try:
-        for k in (1, 3):
-            masked_logits(m, SMALL.sample(5, 'train', 0)['input_ids'], k)
-            assert seen[-1] == (5, k, SMALL.n_tokens)
+        for n in (1, 3):
+            masked_logits(m, SMALL.sample(5, 'train', 0)['input_ids'], n)
+            assert seen[-1] == (5, n, SMALL.n_tokens)
     finally: h.remove()
     gpt = tiny_lm('gpt2', n_layers=1, d_model=32, vocab_size=50)
     seen.clear(); h = gpt.lm_head.register_forward_hook(lambda mod, args, out: seen.append(tuple(out.shape)))
@@ -576,7 +580,7 @@ def test_error_messages_name_the_fix():
     with pytest.raises(ConfigError, match=r'Use vocab=8\.'): POSTask(vocab=7)
     with pytest.raises(ConfigError, match=r'v/10 = 1 unseen'): POSTask(vocab=10)
     with pytest.raises(ConfigError, match=r'bins=6 for 5 tokens per part of speech(.|\n)*Use bins <= 5\.(?!0)'): POSTask(vocab=10, n_unseen=2, bins=6)
-    with pytest.raises(ConfigError, match=r'tail=1\.5(.|\n)*A share in \(0, 1\]'): POSTask(tail=1.5)
+    with pytest.raises(ConfigError, match=r'tail=1\.5(.|\n)*a fraction in \(0, 1\]'): POSTask(tail=1.5)
 
 def test_sample_defaults_to_seed_0_and_a_tiny_tail_keeps_the_rarest_token():
     assert torch.equal(SMALL.sample(50, 'train')['input_ids'], SMALL.sample(50, 'train', seed=0)['input_ids'])
@@ -598,17 +602,81 @@ def test_defaults_of_training_evaluation_and_summaries(monkeypatch):
     moved = []                                       # a model built here goes to `device`; the CPU by default
     real_to = nn.Module.to
     monkeypatch.setattr(nn.Module, 'to', lambda self, *a, **k: (moved.append(a[0] if a else k.get('device')), real_to(self, 'cpu'))[1])
-    train_dual_process(r, steps=1, eval_every=1, eval_n=2, progress=False)
-    train_dual_process(r, steps=1, eval_every=1, eval_n=2, progress=False, device='cuda:3')
+    train_dual_process(None, r, steps=1, eval_every=1, eval_n=2, progress=False)
+    train_dual_process(recipe=r, steps=1, eval_every=1, eval_n=2, progress=False, device='cuda:3')
     assert moved[0] == 'cpu' and 'cuda:3' in moved
 
 def test_choices_name_the_argument_and_plots_label_their_axes(shipped):
     for call, words in ((lambda: SMALL.sample(3, 'val'), "split='val'"), (lambda: Forgetting(every=2, moments='adam'), "moments='adam'"),
-                        (lambda: DualProcessRecipe(forgetting='never'), "forgetting='never'"), (lambda: dp.load_run('vanilla a=1.2'), "run='vanilla a=1.2'")):
+                        (lambda: DualProcessRecipe(forgetting='never'), "forgetting='never'"), (lambda: demo.load_run('vanilla a=1.2'), "run='vanilla a=1.2'")):
         with pytest.raises(ConfigError, match=words): call()
     c = pd.DataFrame({m: [0.5] for m in METRICS}, index=pd.Index([1], name='step'))
     ax = dp.plot_curves(c)
     assert (ax.get_xlabel(), ax.get_ylabel()) == ('step', 'accuracy')
-    m, _, meta = dp.load_run()                      # the default run is temporary forgetting
+    out = demo.load_run()                            # the default run is temporary forgetting
+    m, _, meta = out
+    assert isinstance(out, Shipped) and out.tokenizer is None and out.meta is meta
     assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), shipped['temporary'][0].state_dict().values()))
     assert not torch.equal(m.get_input_embeddings().weight, shipped['vanilla'][0].get_input_embeddings().weight)
+
+# ---------------------------------------------------------------- results, and the old names and orders (they keep working, with a FutureWarning)
+
+def test_evaluation_sets_and_evaluate_are_results():
+    sets = evaluation_sets(SMALL, 30, 4)
+    assert isinstance(sets, EvaluationSets) and all(torch.equal(sets[s]['input_ids'], getattr(sets, s)['input_ids']) for s in SPLITS)
+    with pytest.raises(ConfigError, match="split='val'"): sets['val']
+    e = evaluate(Rule(SMALL, context_completion), SMALL, n=30)
+    assert e['holdout'] == e.holdout == 1.0 and e.row() == {k: getattr(e, k) for k in METRICS} and 'holdout=1' in repr(e)
+    with pytest.raises(ConfigError, match="metric='accuracy'"): e['accuracy']
+
+def test_the_shipped_runs_moved_to_the_demo_module():
+    for name in ('RUNS_ASSET', 'SHIPPED_RUNS', 'SHIPPED_WEIGHTS', 'SHIPPED_EVAL', 'recipe_of', 'load_run'):
+        with pytest.warns(FutureWarning, match=f'dual_process.{name} is now interpkit.demos.dual_process.{name}'):
+            assert getattr(dp, name) is getattr(demo, name)
+    with pytest.raises(AttributeError): dp.no_such_name
+
+def test_shipped_curves_is_load_curves():
+    new = demo.load_curves()
+    with pytest.warns(FutureWarning, match=r'load_curves\(\)\.curves'):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore', FutureWarning)   # the moved name's own warning
+            old_fn = dp.shipped_curves
+        old = old_fn(new.meta)
+    assert sorted(old) == sorted(new.curves) and all(old[k].equals(new[k]) for k in old)
+
+def test_layers_and_heads_are_now_n_layers_and_n_heads():
+    with pytest.warns(FutureWarning) as caught:
+        old = pos_bert(SMALL, hidden=16, layers=2, heads=2, intermediate=32)
+    said = ' '.join(str(w.message) for w in caught)
+    assert 'layers= is now called n_layers=' in said and 'heads= is now called n_heads=' in said
+    new = pos_bert(SMALL, hidden=16, n_layers=2, n_heads=2, intermediate=32)
+    assert (old.config.num_hidden_layers, old.config.num_attention_heads) == (2, 2)
+    assert all(torch.equal(a, b) for a, b in zip(old.state_dict().values(), new.state_dict().values()))
+    with pytest.warns(FutureWarning) as caught:
+        r = DualProcessRecipe(SMALL, layers=1, heads=2)
+    said = ' '.join(str(w.message) for w in caught)
+    assert 'DualProcessRecipe.__init__: the argument layers= is now called n_layers=' in said and 'heads= is now called n_heads=' in said
+    assert r == DualProcessRecipe(SMALL, n_layers=1, n_heads=2) and r.build().config.num_attention_heads == 2
+    with pytest.raises(ConfigError, match='both layers= and n_layers='): DualProcessRecipe(layers=1, n_layers=1)
+
+def test_masked_logits_k_is_now_n():
+    m = pos_bert(SMALL, hidden=16, n_layers=1, intermediate=32)
+    ids = SMALL.sample(4, 'train', 0)['input_ids']
+    with torch.no_grad():
+        with pytest.warns(FutureWarning, match='k= is now called n='): old = masked_logits(m, ids, k=2)
+        assert torch.equal(old, masked_logits(m, ids, n=2))
+    with pytest.warns(FutureWarning), pytest.raises(ConfigError, match='n=0'): masked_logits(m, ids, k=0)
+
+def test_train_dual_process_takes_the_model_first_and_the_old_order_warns():
+    def run(*args, **kw):
+        out = train_dual_process(*args, steps=3, batch_size=4, eval_every=3, eval_n=5, progress=False, **kw)
+        return out, [p.detach().clone() for p in out.model.parameters()]
+    new, w_new = run(None, TINY)
+    with pytest.warns(FutureWarning, match=r'now train_dual_process\(model, recipe\)'): old, w_old = run(TINY)
+    assert isinstance(old, Trained) and all(torch.equal(a, b) for a, b in zip(w_old, w_new)) and curves(old.fit).equals(curves(new.fit))
+    for call in (lambda lm: run(TINY, model=lm), lambda lm: run(TINY, lm)):   # the old keyword and the old positions
+        lm = tiny_lm('gpt2', n_layers=1, d_model=16, vocab_size=TINY.task.n_tokens, seed=0)
+        with pytest.warns(FutureWarning, match='the model comes first'): out, _ = call(lm)
+        assert out.model is lm
+    assert list(inspect.signature(train_dual_process).parameters)[:2] == ['model', 'recipe']
+

@@ -2,16 +2,16 @@
 gradients written out here from the objectives' definitions (float64), parameter groups, batching and the official moving
 average, the objectives' limits (WGA beta=0, TNPO/NPO/WTNPO at the reference, KL to itself, NPO at small beta),
 instance-wise G-effects, the step check, the unlearning loop against a hand SGD step, the synthetic QA data, typed errors,
-GPT-2 and bfloat16, and the model left untouched."""
+GPT-2 and bfloat16, the model left untouched, and the old spellings (argument order, names moved to interpkit.demos.g_effect) still working with a FutureWarning."""
 import copy, math, os
 import numpy as np, pandas as pd, pytest, torch
 import torch.nn.functional as F
 from torch import nn
 from interpkit.errors import ConfigError, NotFiniteError, ShapeError
 from interpkit.models import encode_queries, tiny_lm, tiny_tokenizer
-from interpkit.papers.g_effect import (ATTRIBUTES, IDK_ANSWERS, QA_LM, GEffect, Unlearning, _coefs, answer_logprobs, author_qa, forget_term,
-                                       g_effect, instance_g_effects, load_qa_lm, objective, param_groups, plot_g_effects, qa_metrics,
-                                       qa_tokenizer, retain_at, retain_term, risk_term, step_check, train_qa_lm, unlearn)
+from interpkit.papers.g_effect import (GEffect, ParamGroups, Unlearning, _coefs, answer_logprobs, forget_term, g_effect, instance_g_effects, objective,
+                                       param_groups, plot_g_effects, qa_metrics, retain_at, retain_term, risk_term, step_check, unlearn)
+from interpkit.demos.g_effect import ATTRIBUTES, IDK_ANSWERS, QA_LM, author_qa, load_qa_lm, qa_tokenizer, train_qa_lm
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 torch.set_num_threads(1)  # 2 threads on a shared 2-core machine oversubscribe badly
@@ -263,7 +263,7 @@ def test_smoothing_single_batch_equals_exact_and_several_differ():
 # ---------------------------------------------------------------- limits of the objectives
 
 def ft_grad(obj, m, d, ref=None):
-    s, c = forget_term(objective(**obj) if isinstance(obj, dict) else obj, m, d, ref if ref is not None else m)
+    s, c = forget_term(m, objective(**obj) if isinstance(obj, dict) else obj, d, ref if ref is not None else m)
     return grad(s / c, m)
 
 def close(a, b, rtol=1e-5):
@@ -299,7 +299,7 @@ def test_wtnpo_at_reference_equals_wga_alpha():
 def test_kl_to_itself_is_zero():
     m = lm(seed=5)
     obj = objective('ga', regularizer='kl')
-    s, c = retain_term(obj, m, RETAIN, m)
+    s, c = retain_term(m, obj, RETAIN, m)
     assert c == int(RETAIN['attention_mask'].sum())
     assert abs(float(s.detach())) < 1e-10
     assert max(float(x.abs().max()) for x in grad(s / c, m)) < 1e-10
@@ -422,9 +422,9 @@ def test_bad_input_typed_errors(untouched):
     with untouched(m):
         with pytest.raises(ConfigError, match='Did you mean'): g_effect(m, 'npoo', FORGET, RETAIN)
         with pytest.raises(ConfigError, match='Did you mean'): objective('ga', regularizer='kll')
-        with pytest.raises(ConfigError, match='empty'): g_effect(m, 'ga', empty, RETAIN)
-        with pytest.raises(ConfigError, match='empty'): g_effect(m, 'ga', unlabelled, RETAIN)
-        with pytest.raises(ConfigError, match='retain'): g_effect(m, 'ga', FORGET, {k: v[:0] for k, v in RETAIN.items()})
+        with pytest.raises(ShapeError, match='batch >= 1'): g_effect(m, 'ga', empty, RETAIN)
+        with pytest.raises(ConfigError, match='no labelled token'): g_effect(m, 'ga', unlabelled, RETAIN)
+        with pytest.raises(ShapeError, match='retain'): g_effect(m, 'ga', FORGET, {k: v[:0] for k, v in RETAIN.items()})
         with pytest.raises(ShapeError, match='encode_queries'): g_effect(m, 'ga', FORGET['input_ids'], RETAIN)
         with pytest.raises(ShapeError): instance_g_effects(m, 'ga', FORGET, [1, 2])
         with pytest.raises(ConfigError, match='idk='): g_effect(m, 'idk', FORGET, RETAIN)
@@ -584,13 +584,13 @@ def test_step_check_passes_ref_idk_and_the_regulariser():
 def test_rmu_layer_range():
     "RMU's layer indexes hidden_states (n_layers + 1 of them): -n-1..n are valid, and the default is the middle block."
     m = lm(seed=24, n_layers=2)
-    for layer in (-3, 0, 2): forget_term(objective('rmu', layer=layer), m, FORGET)
+    for layer in (-3, 0, 2): forget_term(m, objective('rmu', layer=layer), FORGET)
     for layer in (-4, 3):
-        with pytest.raises(ConfigError, match='hidden_states'): forget_term(objective('rmu', layer=layer), m, FORGET)
+        with pytest.raises(ConfigError, match='hidden_states'): forget_term(m, objective('rmu', layer=layer), FORGET)
     h = m(input_ids=FORGET['input_ids'], attention_mask=FORGET['attention_mask'], output_hidden_states=True).hidden_states[1]
     mask = FORGET['labels'][:, 1:] != -100       # the positions whose next token is an answer token
     u = 2.0 * torch.rand(h.shape[-1], generator=torch.Generator().manual_seed(0), dtype=torch.float32).to(h.dtype)
-    s, c = forget_term(objective('rmu'), m, FORGET)
+    s, c = forget_term(m, objective('rmu'), FORGET)
     assert c == int(mask.sum()) and float(s.detach()) == pytest.approx(float((h[:, :-1][mask] - u).pow(2).mean(-1).sum().detach()), rel=1e-10)
 
 # ---------------------------------------------------------------- RMU against the official code's definition
@@ -621,7 +621,7 @@ def test_rmu_against_the_official_loss_as_loops(arch, layer, untouched):
     assert len({int(r.sum()) for r in d['attention_mask']}) > 1 and (d['labels'] != -100).sum(1).tolist() == [5, 1, 4, 1]
     obj = objective('rmu', layer=layer, c=3.0, seed=4)
     with untouched(m):
-        s, n = forget_term(obj, m, d)
+        s, n = forget_term(m, obj, d)
         ge = g_effect(m, obj, d, RETAIN, batch_size=3)    # two batches of unequal counts
     want = rmu_loop(m, d, layer, c=3.0, seed=4)
     assert n == 11 and float(s.detach()) / n == pytest.approx(float(want.detach()), rel=1e-10)
@@ -640,7 +640,7 @@ def test_rmu_does_not_see_the_last_answer_token_but_sees_the_one_before_the_firs
     one whose state predicts it) moves it. The states at the answer tokens (the old definition) do see the last one."""
     m, d = lm(arch, seed=29), ragged()
     obj = objective('rmu', layer=1)
-    loss = lambda b: float(forget_term(obj, m, b)[0].detach()) / forget_term(obj, m, b)[1]
+    loss = lambda b: float(forget_term(m, obj, b)[0].detach()) / forget_term(m, obj, b)[1]
     old = lambda b: float(rmu_loop(m, b, 1, at_answer=True).detach())
     base, base_old = loss(d), old(d)
     for i in range(len(d['input_ids'])):
@@ -698,12 +698,12 @@ def test_a_reference_in_training_mode_is_run_in_eval_mode():
     m = tiny_lm('llama', n_layers=2, d_model=32, n_heads=4, vocab_size=TOK.vocab_size, seed=25, attention_dropout=0.5).double()
     ref = copy.deepcopy(m).train()
     kl = objective('ga', regularizer='kl')
-    s, _ = retain_term(kl, m, RETAIN, ref)
+    s, _ = retain_term(m, kl, RETAIN, ref)
     assert abs(float(s.detach())) < 1e-10 and ref.training
-    assert float(forget_term(objective('tnpo'), m, FORGET, ref)[0].detach()) == pytest.approx(float(forget_term(objective('ga'), m, FORGET)[0].detach()), rel=1e-10)
+    assert float(forget_term(m, objective('tnpo'), FORGET, ref)[0].detach()) == pytest.approx(float(forget_term(m, objective('ga'), FORGET)[0].detach()), rel=1e-10)
     # without an attention mask every position counts
     nomask = {k: v for k, v in RETAIN.items() if k != 'attention_mask'}
-    s2, c2 = retain_term(kl, m, nomask, perturbed(m))
+    s2, c2 = retain_term(m, kl, nomask, perturbed(m))
     assert c2 == RETAIN['input_ids'].numel() and float(s2.detach()) > 0
 
 def test_g_effect_runs_in_eval_mode_orders_groups_and_checks_its_data(untouched):
@@ -748,10 +748,48 @@ def test_counts_of_npo_rmu_and_kl_on_longer_answers():
     assert a.unlearning == pytest.approx(b.unlearning, rel=1e-10) and a.loss == pytest.approx(b.loss, rel=1e-10)
     from interpkit.models import encode_texts
     texts = encode_texts(TOK, ['Where was Avel born ?', 'Lisbon'])      # every token labelled, the first one too
-    s, c = forget_term(objective('rmu'), m, texts)
+    s, c = forget_term(m, objective('rmu'), texts)
     assert c == int(texts['attention_mask'].sum()) - 2                  # no state predicts a row's first token
     g1, g64 = (g_effect(m, 'rmu', texts, RETAIN, batch_size=bs) for bs in (1, 64))
     assert g1.loss == pytest.approx(float(s.detach()) / c, rel=1e-10) == g64.loss
     nomask = {k: v for k, v in RETAIN.items() if k != 'attention_mask'}
     kl = g_effect(m, objective('ga', regularizer='kl'), FORGET, nomask, ref=perturbed(m))
     assert math.isfinite(kl.unlearning) and math.isfinite(kl.loss)
+
+# ---------------------------------------------------------------- the vocabulary: renamed and moved names keep working, with a FutureWarning
+
+def test_forget_and_retain_term_take_the_model_first_and_the_old_order_warns():
+    "forget_term/retain_term(model, objective, batch, ref); the old (objective, model, batch, ref) and obj= still work, with a FutureWarning."
+    m = lm(seed=30); ref = perturbed(m)
+    for fn, obj, d in ((forget_term, objective('npo'), FORGET), (retain_term, objective('ga', regularizer='kl'), RETAIN)):
+        s, c = fn(m, obj, d, ref)
+        with pytest.warns(FutureWarning, match='the model comes first'): s_old, c_old = fn(obj, m, d, ref)
+        assert float(s_old.detach()) == float(s.detach()) and c_old == c
+        with pytest.warns(FutureWarning, match='obj= is now called objective='): s_kw, _ = fn(m, obj=obj, batch=d, ref=ref)
+        assert float(s_kw.detach()) == float(s.detach())
+    # a name is resolved with `objective`: the same as its Objective
+    assert float(forget_term(m, 'wga', FORGET)[0].detach()) == float(forget_term(m, objective('wga'), FORGET)[0].detach())
+
+@pytest.mark.parametrize('name', ['FIRST_NAMES', 'LAST_NAMES', 'ATTRIBUTES', 'IDK_ANSWERS', 'AuthorQA', 'author_qa', 'QA_LM', 'qa_tokenizer', 'train_qa_lm', 'load_qa_lm'])
+def test_demo_names_moved_to_the_demo_module(name):
+    import interpkit.papers.g_effect as paper, interpkit.demos.g_effect as demo
+    with pytest.warns(FutureWarning, match=f'g_effect.{name} is now interpkit.demos.g_effect.{name}'):
+        assert getattr(paper, name) is getattr(demo, name)
+    assert name not in paper.__all__ and name in demo.__all__
+
+def test_loader_and_trainer_shapes():
+    from interpkit.train import Shipped, Trained
+    s = load_qa_lm()
+    assert isinstance(s, Shipped) and s.model is s[0] and s.meta['author_qa'] == dict(n_authors=40, forget_frac=0.1, seed=0)
+    ids = encode_queries(s.tokenizer, ['Where was Jora Rowan born ?'], ['Hanoi'])['input_ids'][0].tolist()
+    assert s.tokenizer.convert_ids_to_tokens(ids) == ['<s>', 'Where', 'was', 'Jora', 'Rowan', 'born', '?', 'Hanoi']   # the asset's words, one token each
+    t = train_qa_lm(author_qa(n_authors=4, forget_frac=0.25), steps=2, batch_size=4, progress=False)
+    assert isinstance(t, Trained) and len(t.fit.history) == 2 and t.tokenizer.get_vocab() == qa_tokenizer(author_qa(n_authors=4, forget_frac=0.25)).get_vocab()
+
+def test_param_groups_is_a_mapping():
+    m = lm(double=False)
+    pg = param_groups(m)
+    assert isinstance(pg, ParamGroups) and pg == pg.groups and dict(pg) == pg.groups and len(pg) == sum(p.requires_grad for p in m.parameters())
+    assert pg.order == ['embed', 'layer 0', 'layer 1', 'final norm', 'lm_head'] and set(pg.values()) == set(pg.order)
+    assert pg['model.layers.1.mlp.up_proj.weight'] == 'layer 1' and 'model.norm.weight' in pg
+    assert param_groups(m, lambda n: 'all') == {n: 'all' for n, _ in m.named_parameters()}

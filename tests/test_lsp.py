@@ -8,15 +8,17 @@ import json, re, threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, HTTPServer
 import numpy as np, pandas as pd, pytest, torch
-from interpkit.errors import AssetNotFound, ConfigError, InterpkitError
-from interpkit.models import tiny_lm, tiny_tokenizer
-from interpkit.papers.lsp import (OBJECT_ATTRIBUTES, OBJECT_QUESTIONS, DIFFICULTIES, NONCE_LABELS, EXECUTOR_TEMPLATE, LEARNER_TEMPLATE, RULES_TEMPLATE, FUZZY_MIN,
-                                  LSP_ASSET, LSP_RECIPE, Module, LSP, ProgramError, ProgramSyntaxError, leaf_name, node_at, replace_leaf,
-                                  print_program, parse_program, read_answer, one_at_a_time, ask, CachedExecutor, run_program, HFLLM, OpenAIChat,
-                                  describe, true_label, make_task, KeywordExecutor, attribute_matrix, tree_baseline, majority_label,
-                                  chance_accuracy, examples_block, parse_module, QuestionBank, label_branches, gini, learn_module, leaf_errors,
-                                  learn_lsp, accuracy, leaf_table, SETTINGS, LspRuns, load_lsp_runs, runs_table, plot_runs, proposal_stats,
-                                  explore_task, plot_leaves)
+import warnings
+from interpkit.errors import AssetNotFound, ConfigError, InterpkitError, NotFiniteError
+from interpkit.models import generate_greedy, tiny_lm, tiny_tokenizer
+from interpkit.papers.lsp import (EXECUTOR_TEMPLATE, LEARNER_TEMPLATE, RULES_TEMPLATE, FUZZY_MIN, Module, LSP, ProgramError, ProgramSyntaxError, leaf_name,
+                                  node_at, replace_leaf, print_program, parse_program, read_answer, one_at_a_time, ask, CachedExecutor, run_program, HFLLM,
+                                  OpenAIChat, KeywordExecutor, majority_label, examples_block, parse_module, QuestionBank, label_branches, gini, learn_module,
+                                  leaf_errors, learn_lsp, accuracy, leaf_table, plot_leaves)
+from interpkit.demos.lsp import (OBJECT_ATTRIBUTES, OBJECT_QUESTIONS, DIFFICULTIES, NONCE_LABELS, LSP_ASSET, LSP_RECIPE, describe, true_label, make_task,
+                                 attribute_matrix, tree_baseline, chance_accuracy, SETTINGS, LspRuns, load_lsp_runs, runs_table, plot_runs, proposal_stats,
+                                 explore_task)
+import interpkit.papers.lsp as lsp_module
 
 torch.set_num_threads(1)
 
@@ -524,13 +526,15 @@ def test_generation_greedy_and_seeded(untouched):
     greedy = HFLLM(m, tok, max_new_tokens=4, batch_size=2)
     with untouched(m, tok):
         a = greedy(['w1 w2', 'w3', 'w4 w5 w6'])
-    # greedy by an argmax loop over one unpadded sequence
+    # greedy by an argmax loop over one unpadded sequence, to the first end-of-sequence token (the model's or the tokenizer's)
+    stop = {m.generation_config.eos_token_id, tok.eos_token_id}
     for p, text in zip(['w1 w2', 'w3', 'w4 w5 w6'], a):
         ids = tok(p, add_special_tokens=False)['input_ids']
         new = []
         for _ in range(4):
             with torch.no_grad(): nxt = m(torch.tensor([ids + new])).logits[0, -1].argmax().item()
             new.append(nxt)
+            if nxt in stop: break
         assert text == tok.decode(new, skip_special_tokens=True).split('\n\n')[0]
     s1, s2 = HFLLM(m, tok, max_new_tokens=6, do_sample=True, seed=5), HFLLM(m, tok, max_new_tokens=6, do_sample=True, seed=6)
     rng = torch.get_rng_state()
@@ -540,7 +544,7 @@ def test_generation_greedy_and_seeded(untouched):
 
 def test_hfllm_bad_input():
     m, tok = tiny_lm('llama', seed=0), tiny_tokenizer()
-    with pytest.raises(ConfigError, match='without its tokenizer'): HFLLM(m)
+    with pytest.raises(ConfigError, match='no tokenizer'): HFLLM(m)
     plain = tiny_tokenizer(); plain.chat_template = None
     with pytest.raises(ConfigError, match='no chat template'): HFLLM(m, plain, chat=True)
     with pytest.raises(ConfigError): HFLLM(m, tok, batch_size=0)
@@ -738,3 +742,72 @@ def test_hfllm_chat_and_plain_tokenizer():
     chat = HFLLM(m, tok, chat=True)
     text = tok.apply_chat_template([{'role': 'user', 'content': 'w1 w2'}], tokenize=False, add_generation_prompt=True)
     assert torch.allclose(chat.option_scores(['w1 w2'], ['w3', 'w4']).double(), brute_scores(m, tok, [text], ['w3', 'w4']), atol=1e-4)
+
+# ---------------------------------------------------------------- issue 50: non-finite logits, labels read back, old names
+
+def nan_where_padded(model):
+    "A hook that makes every logit of a row with padding NaN, as eager attention can (issue 51)."
+    def hook(mod, args, kwargs, out):
+        mask = kwargs.get('attention_mask')
+        if mask is not None: out.logits.masked_fill_((mask == 0).any(-1)[:, None, None], float('nan'))
+    return model.register_forward_hook(hook, with_kwargs=True)
+
+def all_nan(mod, args, out): out.logits.fill_(float('nan'))
+
+def test_option_scores_never_come_from_non_finite_logits(untouched):
+    m, tok = tiny_lm('llama', seed=1), tiny_tokenizer()
+    prompts, options = ['w1 w2 w3 w4', 'w5', 'w6 w7'], ['w8', 'w9 w10 w11', 'w12 w13']
+    llm = HFLLM(m, tok, batch_size=2)
+    ref = brute_scores(m, tok, prompts, options)
+    h = nan_where_padded(m)
+    try:
+        with untouched(m, tok): got = llm.option_scores(prompts, options)
+    finally: h.remove()
+    assert torch.isfinite(got).all() and torch.allclose(got.double(), ref, atol=1e-4), (got, ref)   # every padded pair scored again alone
+    h = m.register_forward_hook(all_nan)
+    try:
+        with pytest.raises(NotFiniteError): llm.option_scores(prompts, options)
+        with pytest.raises(NotFiniteError): llm.choose(prompts, options)
+    finally: h.remove()
+
+def test_greedy_replies_regenerate_nan_rows_alone(untouched):
+    m, tok = tiny_lm('llama', seed=2), tiny_tokenizer()
+    prompts = ['w1 w2', 'w3', 'w4 w5 w6']
+    llm = HFLLM(m, tok, max_new_tokens=4, batch_size=3)
+    alone = [HFLLM(m, tok, max_new_tokens=4, batch_size=1)([p])[0] for p in prompts]
+    h = nan_where_padded(m)
+    try:
+        with untouched(m, tok): got = llm(prompts)
+    finally: h.remove()
+    assert got == alone
+
+def test_sampling_is_the_seeded_generate_loop(untouched):
+    "The sampled replies are those of model.generate on the left-padded batch after torch.manual_seed(seed), and leave every global generator alone."
+    m, tok = tiny_lm('llama', seed=2), tiny_tokenizer()
+    prompts = ['w1 w2', 'w3', 'w4 w5 w6']
+    states = (torch.get_rng_state(), np.random.get_state()[1].copy())
+    with untouched(m, tok): got = HFLLM(m, tok, max_new_tokens=5, batch_size=3, do_sample=True, temperature=0.7, seed=11)(prompts)
+    assert torch.equal(states[0], torch.get_rng_state()) and (states[1] == np.random.get_state()[1]).all()
+    ids = [tok(p, add_special_tokens=False)['input_ids'] for p in prompts]
+    T = max(map(len, ids))
+    enc = dict(input_ids=torch.tensor([[tok.eos_token_id] * (T - len(r)) + r for r in ids]), attention_mask=torch.tensor([[0] * (T - len(r)) + [1] * len(r) for r in ids]))
+    with torch.random.fork_rng():
+        torch.manual_seed(11)
+        g = m.generate(**enc, max_new_tokens=5, pad_token_id=tok.eos_token_id, do_sample=True, temperature=0.7)
+    assert got == [t.split('\n\n')[0] for t in tok.batch_decode(g[:, T:], skip_special_tokens=True)]
+
+def test_labels_with_commas_are_refused():
+    "The printout's header lists the labels separated by commas: a label with a comma could not be read back."
+    with pytest.raises(ProgramError, match="label 'x, y' is not usable"): LSP('x, y', ('x, y',))
+    with pytest.raises(ProgramError, match="label 'b,c' is not usable"): learn_lsp(['a'], ['b,c'], rule_executor, rule_proposer)
+    p = LSP(Module('Which one, then?', ('a, b', 'c'), {'a, b': 'x', 'c': 'y'}), ('x', 'y'))   # commas in prompts and options are fine
+    assert parse_program(print_program(p)) == p
+
+@pytest.mark.parametrize('name', ['OBJECT_ATTRIBUTES', 'OBJECT_QUESTIONS', 'NONCE_LABELS', 'DIFFICULTIES', 'describe', 'Example', 'true_label', 'Task', 'make_task',
+                                  'attribute_matrix', 'tree_baseline', 'chance_accuracy', 'LSP_ASSET', 'LSP_RECIPE', 'SETTINGS', 'LspRuns', 'load_lsp_runs',
+                                  'runs_table', 'plot_runs', 'proposal_stats', 'explore_task'])
+def test_demo_names_moved_keep_working(name):
+    import interpkit.demos.lsp as demo
+    with pytest.warns(FutureWarning, match=f'interpkit.papers.lsp.{name} is now interpkit.demos.lsp.{name}'):
+        assert getattr(lsp_module, name) is getattr(demo, name)
+    assert name not in lsp_module.__all__

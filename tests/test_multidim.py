@@ -5,16 +5,19 @@ numpy and a plain forward hook, the clustering of a planted circle, the SAE reci
 `to_model`, any dtype, batches of any size, the model untouched, typed errors."""
 import inspect, math, os, re
 import numpy as np, pandas as pd, pytest, torch
-from interpkit.errors import ConfigError, ShapeError, NotFiniteError
+from interpkit.errors import AssetNotFound, ConfigError, ShapeError, NotFiniteError
 from interpkit.models import tiny_lm, evaluating
-from interpkit.data import CharTokenizer
+from interpkit.data import char_tokenizer
 from interpkit.sae import SAE, sae_metrics
 from interpkit.train import FitResult
 import interpkit.papers.multidim as md
-from interpkit.papers.multidim import (synthetic_cloud, separability_index, mixture_index, irreducibility, Irreducibility, normalize_points, rotate,
+import interpkit.demos.multidim as dm
+from interpkit.papers.multidim import (separability_index, mixture_index, irreducibility, Irreducibility, normalize_points, rotate,
     mutual_info_2d, circularity, Circularity, circularity_null, replace_coords, pca_fit, pca_project, pca_view, PCAView, cluster_features,
     cluster_reconstruction, rank_clusters, token_share, angular_similarity, word_states, circle_scores, calendar_prompts, calendar_logits, calendar_states,
-    circle_intervention, sae_tokens, calendar_texts, lm_sae_activations, heldout_split, train_lm_sae, load_multidim_sae, DAYS, MONTHS, CYCLES, WORD_TEMPLATES)
+    circle_intervention, DAYS, MONTHS, CYCLES, WORD_TEMPLATES, WordStates)
+from interpkit.demos.multidim import (synthetic_cloud, sae_tokens, calendar_texts, lm_sae_activations, heldout_split, train_lm_sae, load_multidim_sae,
+    LargeSAESummary)
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 torch.set_num_threads(1)
@@ -99,16 +102,16 @@ def test_indices_pass_their_settings_on():
     assert abs(separability_index(x, bins=7, bound=2., n_angles=45) - ref) < 1e-6
     ang, mi = md.separability_curve(x, 7, 2., 45)
     assert len(ang) == 45 and ang.dtype == torch.float64 and abs(ang[1].item() - math.pi / 90) < 1e-15 and abs(mi.min().item() - ref) < 1e-6
-    r = irreducibility(x, bins=7, bound=2., n_angles=45, epsilon=0.2)
+    r = irreducibility(x, bins=7, bound=2., n_angles=45, eps=0.2)
     assert r.separability == separability_index(x, 7, 2., 45) and r.mixture == mixture_index(x, 0.2) != mixture_index(x)
     for bad in (dict(bins=1), dict(bound=0.), dict(n_angles=0)):
         with pytest.raises(ConfigError): separability_index(x, **bad)
     assert separability_index(x, bins=2, n_angles=1) >= 0
     xn2 = normalize_points(x).numpy()   # a bound below 1 is valid
     assert abs(separability_index(x, bound=0.5, n_angles=1) - _mi_sklearn(xn2[:, 0], xn2[:, 1], 10, 0.5)) < 1e-9
-    for bad in (dict(epsilon=0.), dict(epsilon=1.), dict(n_angles=0), dict(n_offsets=0)):
+    for bad in (dict(eps=0.), dict(eps=1.), dict(n_angles=0), dict(n_offsets=0)):
         with pytest.raises(ConfigError): mixture_index(x, **bad)
-    assert 0 < mixture_index(x, epsilon=0.99, n_angles=1, n_offsets=1) <= 1
+    assert 0 < mixture_index(x, eps=0.99, n_angles=1, n_offsets=1) <= 1
     with pytest.raises(ConfigError): normalize_points(torch.ones(20, 2))
     with pytest.raises(ConfigError): normalize_points(torch.randn(9, 2))
     assert normalize_points(np.random.default_rng(0).normal(size=(10, 2))).shape == (10, 2)   # numpy input, 10 points is enough
@@ -159,7 +162,7 @@ def test_mixture_index_exact_cases_and_invariances():
     # half the points on a line far from the centre (y = 2), the rest a blob round (0, -2): the band's width uses the rms distance to that line
     y = torch.cat([torch.stack([torch.randn(500, generator=g, dtype=torch.float64) * 2, torch.full((500,), 2., dtype=torch.float64)], -1),
                    torch.randn(500, 2, generator=g, dtype=torch.float64) * 0.7 + torch.tensor([0., -2.], dtype=torch.float64)])
-    m2, l2 = mixture_index(y, epsilon=0.05, return_line=True)
+    m2, l2 = mixture_index(y, eps=0.05, return_line=True)
     yn = normalize_points(y)
     z = yn @ torch.tensor([math.cos(l2.theta), math.sin(l2.theta)], dtype=torch.float64) - l2.c
     assert abs(l2.c) > 0.5 and 0.5 <= m2 < 0.6 and abs((z.abs() < 0.05 * z.pow(2).mean().sqrt()).double().mean().item() - m2) < 2e-3
@@ -199,7 +202,7 @@ def test_circularity_and_its_null():
     c = circularity(p)
     assert isinstance(c, Circularity) and abs(c.R - 1) < 1e-9 and c.neighbours == 12 and c.direction == 1
     assert circularity(p.flip(0)).direction == -1 and abs(circularity(p.flip(0)).R - 1) < 1e-9
-    assert circularity(p, centre=torch.tensor([1., 1.])).neighbours == 12 and circularity(p, centre=torch.tensor([3., 1.])).R < 0.9
+    assert circularity(p, center=torch.tensor([1., 1.])).neighbours == 12 and circularity(p, center=torch.tensor([3., 1.])).R < 0.9
     perm = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 10]
     assert circularity(p[perm]).neighbours == 9    # 9->11, 11->10, 10->0 break the chain
     assert repr(c).startswith('Circularity(R=1, direction=1, neighbours=12, m=12, closure=1')
@@ -227,18 +230,21 @@ def test_circularity_refuses_nan_and_equal_points():
     with pytest.raises(ConfigError, match='median gap 0'): circularity(torch.ones(7, 2))
     with pytest.raises(NotFiniteError): circularity(torch.tensor([[0., 1], [1, 0], [float('nan'), 0], [0, -1]]))
 
-def test_pca_against_sklearn():
-    from sklearn.decomposition import PCA
+def test_pca_against_the_covariance_eigenvectors():
+    "pca_fit is scikit-learn's PCA; the reference is written differently: numpy's eigendecomposition of the covariance."
     g = torch.Generator().manual_seed(5)
     x = torch.randn(40, 9, generator=g) @ torch.randn(9, 9, generator=g) + 3
     y = torch.randn(15, 9, generator=g)
-    ref = PCA(3).fit(x.numpy().astype(np.float64))
+    X = x.numpy().astype(np.float64)
+    ev, evec = np.linalg.eigh(np.cov(X.T))
+    comps, mean = evec[:, ::-1][:, :3].T, X.mean(0)   # by decreasing variance
     mu, v = pca_fit(x, 3)
-    np.testing.assert_allclose(mu.numpy(), ref.mean_, atol=1e-10)
-    np.testing.assert_allclose(np.abs(v.numpy() @ ref.components_.T), np.eye(3), atol=1e-8)   # the same axes, up to sign
-    got, want = pca_project(y, 3, fit_on=x).numpy(), ref.transform(y.numpy().astype(np.float64))
+    np.testing.assert_allclose(mu.numpy(), mean, atol=1e-10)
+    np.testing.assert_allclose(np.abs(v.numpy() @ comps.T), np.eye(3), atol=1e-8)   # the same axes, up to sign
+    got, want = pca_project(y, 3, fit_on=x).numpy(), (y.numpy().astype(np.float64) - mean) @ comps.T
     np.testing.assert_allclose(np.abs(got), np.abs(want), atol=1e-8)
-    np.testing.assert_allclose(np.abs(pca_project(x, 2).numpy()), np.abs(ref.transform(x.numpy().astype(np.float64))[:, :2]), atol=1e-8)
+    np.testing.assert_allclose(np.abs(pca_project(x, 2).numpy()), np.abs((X - mean) @ comps[:2].T), atol=1e-8)
+    assert pca_fit(x.double().cuda() if torch.cuda.is_available() else x, 2)[1].dtype == torch.float64
     with pytest.raises(ConfigError): pca_fit(x, 10)
     with pytest.raises(ConfigError): pca_fit(x, 0)
     with pytest.raises(ShapeError): pca_fit(torch.zeros(5))
@@ -382,9 +388,11 @@ class _WordTok:
     def encode(self, text, add_special_tokens=True):
         return [127] * bool(add_special_tokens) + [self.vocab.setdefault(w, len(self.vocab) % 127) for w in re.findall(r' ?[^ ]+', text)]
 
-class _BosCharTok(CharTokenizer):
-    "`CharTokenizer` with a BOS (1) unless `add_special_tokens=False`."
-    def encode(self, text, add_special_tokens=True, **kw): return [1] * bool(add_special_tokens) + super().encode(text)
+class _BosCharTok:
+    "`char_tokenizer()` with a BOS (1) unless `add_special_tokens=False`."
+    def __init__(self): self.t = char_tokenizer()
+    pad_token_id = property(lambda self: self.t.pad_token_id)
+    def encode(self, text, add_special_tokens=True, **kw): return [1] * bool(add_special_tokens) + self.t.encode(text, add_special_tokens=False)
 
 def test_the_tokenizer_is_called_tokenizer():
     "Before: `tok` in word_states, day_logits, day_states, circle_intervention, sae_tokens and train_lm_sae: `tokenizer=` raised TypeError."
@@ -394,9 +402,9 @@ def test_the_tokenizer_is_called_tokenizer():
             ps = inspect.signature(f).parameters
             assert 'tok' not in ps, name
     m = tiny_lm('llama', n_layers=2, seed=0)
-    assert word_states(m, tokenizer=CharTokenizer(), words=['ab', 'cd'], layers=[0], templates=['{w}!'])[0].shape == (2, 1, 64)
+    assert word_states(m, tokenizer=char_tokenizer(), words=['ab', 'cd'], layers=[0], templates=['{w}!'])[0].shape == (2, 1, 64)
     assert calendar_logits(m, tokenizer=_WordTok(), prompts=calendar_prompts()).shape == (42, 7)
-    assert sae_tokens(tokenizer=CharTokenizer(), n_tokens=128).shape == (2, 64)
+    assert sae_tokens(tokenizer=char_tokenizer(), n_tokens=128).shape == (2, 64)
     assert not hasattr(md, 'TEMPLATES') and len(WORD_TEMPLATES) == 8
 
 def test_word_states_match_hidden_states_and_leave_model_alone(untouched):
@@ -421,7 +429,7 @@ def test_word_states_match_hidden_states_and_leave_model_alone(untouched):
 
 def test_word_states_dtypes():
     "Before: the states were always float32, also for a float64 model."
-    ct = CharTokenizer()
+    ct = char_tokenizer()
     m64 = tiny_lm('llama', n_layers=2, seed=1).double()
     st = word_states(m64, ct, ['ab', 'cd'], [0], ['say {w}.'])[0]
     with torch.no_grad(): hs = m64(torch.tensor([ct.encode('say cd.')]), output_hidden_states=True).hidden_states
@@ -442,7 +450,7 @@ def test_model_inputs_go_through_to_model(monkeypatch):
     m = tiny_lm('llama', n_layers=2, seed=0)
     h = m.register_forward_pre_hook(lambda mod, args, kwargs: got.append(kwargs['input_ids']), with_kwargs=True)
     try:
-        word_states(m, CharTokenizer(), ['ab', 'cd'], [0], ['{w}!', 'so {w}.'], batch_size=3)
+        word_states(m, char_tokenizer(), ['ab', 'cd'], [0], ['{w}!', 'so {w}.'], batch_size=3)
         P = calendar_prompts()
         calendar_logits(m, _WordTok(), P, batch_size=20); calendar_logits(m, _WordTok(), P, 0, lambda x, r: x)
         calendar_states(m, _WordTok(), P, 1, batch_size=50)
@@ -485,7 +493,7 @@ def test_calendar_logits_and_states_against_plain_forward_passes(untouched):
         moved = calendar_logits(m, tok, P, 1, lambda h, r: other[r], batch_size=8)
         with pytest.raises(RuntimeError): calendar_logits(m, tok, P, site=1, new_state=lambda h, r: h[:3])  # wrong shape: fails inside the hook
         with pytest.raises(ConfigError): calendar_logits(m, tok, P, site=1)
-        with pytest.raises(ConfigError): calendar_logits(m, CharTokenizer(), P)  # day names are not single characters
+        with pytest.raises(ConfigError): calendar_logits(m, char_tokenizer(), P)  # day names are not single characters
     np.testing.assert_allclose(base.exp().numpy(), ref, atol=1e-6)
     torch.testing.assert_close(st, hs[2][torch.arange(42), pos], atol=1e-5, rtol=1e-5)
     ref_moved = _logits_by_hand(m, tok, 1, other)[0]
@@ -554,7 +562,7 @@ def test_circle_intervention_against_a_second_implementation(untouched):
 # ---------------------------------------------------------------- the SAE data, recipe and asset
 
 def test_sae_tokens_mix_exactly():
-    ct = CharTokenizer()
+    ct = char_tokenizer()
     rows = sae_tokens(ct, 64 * 20, block=64, calendar_frac=0.25, seed=2)
     assert rows.shape == (20, 64)
     cal = ''.join(' ' + t for i in range(2) for t in calendar_texts(256, seed=2 * 100_003 + i))
@@ -577,10 +585,10 @@ def test_heldout_split():
 
 def test_sae_recipe_short_run(untouched):
     m = tiny_lm('llama', n_layers=2, seed=0)
-    ct = CharTokenizer()
+    ct = char_tokenizer()
     kw = dict(site='resid_post(0)', n_tokens=64 * 24, block=64, calendar_frac=0.3, seed=1)
     with untouched(m):
-        sae, none, res = train_lm_sae(m, ct, d_sae=64, k=4, steps=60, batch_size=128, lr=3e-3, forward_batch=8, heldout_frac=0.1, progress=False, **kw)
+        sae, none, res = train_lm_sae(m, ct, d_sae=64, top_k=4, steps=60, batch_size=128, lr=3e-3, forward_batch=8, test_frac=0.1, progress=False, **kw)
         acts = lm_sae_activations(m, ct, batch_size=5, **kw)
     ids = sae_tokens(ct, 64 * 24, 64, 0.3, seed=1)
     with torch.no_grad(): hs = m(ids, output_hidden_states=True).hidden_states[1]   # resid_post(0), by a plain forward pass
@@ -599,7 +607,7 @@ def test_calendar_texts_fill_the_templates():
     texts = calendar_texts(3000, seed=4)
     assert len(texts) == 3000 and texts == calendar_texts(3000, seed=4) and texts != calendar_texts(3000, seed=5)
     slot = {'day': '|'.join(DAYS), 'day2': '|'.join(DAYS), 'month': '|'.join(md.MONTHS), 'month2': '|'.join(md.MONTHS), 'date': r'\d+', 'adj': r'[a-z]+'}
-    pats = [re.compile('^' + re.sub(r'\\\{(\w+)\\\}', lambda mm: f"(?P<{mm.group(1)}>{slot[mm.group(1)]})", re.escape(t)) + '$') for t in md._CAL_TEMPLATES]
+    pats = [re.compile('^' + re.sub(r'\\\{(\w+)\\\}', lambda mm: f"(?P<{mm.group(1)}>{slot[mm.group(1)]})", re.escape(t)) + '$') for t in dm._CAL_TEMPLATES]
     seen = {k: set() for k in slot}
     used = set()
     for t in texts:
@@ -619,8 +627,8 @@ def test_asset_script_on_a_tiny_model(tmp_path):
     sys.path.insert(0, tools)
     import make_multidim_assets as mk
     from interpkit.train import load_asset
-    m, ct = tiny_lm('llama', n_layers=2, seed=0), CharTokenizer()
-    cfg = dict(mk.CONFIG, site='resid_post(1)', n_tokens=64 * 20, d_sae=32, k=4, steps=20, batch_size=128)
+    m, ct = tiny_lm('llama', n_layers=2, seed=0), char_tokenizer()
+    cfg = dict(mk.CONFIG, site='resid_post(1)', n_tokens=64 * 20, d_sae=32, top_k=4, steps=20, batch_size=128)
     path, sae, res, met, _ = mk.make(m, ct, cfg, folder=tmp_path, progress=False)
     tensors, meta = load_asset('multidim_sae', tmp_path)
     held = heldout_split(lm_sae_activations(m, ct, 'resid_post(1)', 64 * 20))[1]
@@ -641,10 +649,10 @@ def test_shipped_sae_loads():
 def test_typed_errors():
     with pytest.raises(ShapeError): separability_index(torch.zeros(50, 3))
     with pytest.raises(ConfigError): separability_index(torch.randn(5, 2))
-    with pytest.raises(ConfigError): mixture_index(torch.randn(50, 2), epsilon=2.)
+    with pytest.raises(ConfigError): mixture_index(torch.randn(50, 2), eps=2.)
     with pytest.raises(ConfigError): synthetic_cloud('square')
-    with pytest.raises(ConfigError): sae_tokens(CharTokenizer(), 640, calendar_frac=1.5)
-    with pytest.raises(ConfigError): sae_tokens(CharTokenizer(), 10)   # before: an empty (0, 64) tensor
+    with pytest.raises(ConfigError): sae_tokens(char_tokenizer(), 640, calendar_frac=1.5)
+    with pytest.raises(ConfigError): sae_tokens(char_tokenizer(), 10)   # before: an empty (0, 64) tensor
     with pytest.raises(ConfigError): cluster_features(torch.randn(5, 4), 9)
     bert = tiny_lm('bert')
     for f in (lambda: calendar_logits(bert, _WordTok(), calendar_prompts()), lambda: calendar_states(bert, _WordTok(), calendar_prompts(), 0),
@@ -665,13 +673,13 @@ def test_on_a_gpu(untouched):
     m = tiny_lm('llama', n_layers=3, seed=5).cuda()
     tok, P = _WordTok(), calendar_prompts()
     with untouched(m):
-        st = word_states(m, CharTokenizer(), ['ab', 'cd', 'ef'] * 4, [0, 1], WORD_TEMPLATES[:4])
+        st = word_states(m, char_tokenizer(), ['ab', 'cd', 'ef'] * 4, [0, 1], WORD_TEMPLATES[:4])
         assert st[0].device.type == 'cuda'
         v = pca_view({'w': st}, 'w', 1)
         md.plot_pca_view(v, ['ab', 'cd', 'ef'] * 4)
         assert calendar_logits(m, tok, P).device.type == 'cuda' and calendar_states(m, tok, P, 1).device.type == 'cuda'
         res = circle_intervention(m, tok, 1)
-    torch.testing.assert_close(st[1].cpu(), word_states(m.cpu(), CharTokenizer(), ['ab', 'cd', 'ef'] * 4, [0, 1], WORD_TEMPLATES[:4])[1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(st[1].cpu(), word_states(m.cpu(), char_tokenizer(), ['ab', 'cd', 'ef'] * 4, [0, 1], WORD_TEMPLATES[:4])[1], atol=1e-4, rtol=1e-4)
     assert np.isfinite(res.tv_moved).all()
     assert angular_similarity(torch.randn(5, 8, device='cuda')).shape == (5, 5)
     sae, codes = _planted_sae()
@@ -693,7 +701,7 @@ def test_index_defaults_are_the_documented_ones():
     want = [_mi_sklearn(*(xn @ np.array([[math.cos(t), math.sin(t)], [-math.sin(t), math.cos(t)]])).T, 10, 3.) for t in ang.numpy()[:5]]
     np.testing.assert_allclose(mi.numpy()[:5], want, atol=1e-9)
     r = irreducibility(x)
-    assert r.separability == separability_index(x, bins=10, bound=3., n_angles=90) and r.mixture == mixture_index(x, epsilon=0.1, n_angles=180, n_offsets=201)
+    assert r.separability == separability_index(x, bins=10, bound=3., n_angles=90) and r.mixture == mixture_index(x, eps=0.1, n_angles=180, n_offsets=201)
     assert (r.s_min, r.m_max) == (0.3, 0.35)
 
 def _assert_on_the_grid(x, m, line, epsilon=0.1, n_angles=180, n_offsets=201):
@@ -806,40 +814,40 @@ def test_prompt_tables_are_checked():
     assert full.shape == (132, 12)
 
 def test_calendar_split():
-    train, held = md.calendar_split()
+    train, held = dm.calendar_split()
     key = lambda d: set(zip(d.cycle, d.n, d.start))
     assert not key(train) & key(held) and len(key(train) | key(held)) == 42 + 132
     assert held.cycle.value_counts().to_dict() == {'days': 8, 'months': 26}   # int(0.2 * 42), int(0.2 * 132)
-    t2, h2 = md.calendar_split(0.5, seed=3)
-    assert h2.cycle.value_counts().to_dict() == {'days': 21, 'months': 66} and key(h2) != key(md.calendar_split(0.5, seed=4)[1])
-    pd.testing.assert_frame_equal(md.calendar_split()[1], held)
-    assert len(md.calendar_split(0.)[1]) == 0
+    t2, h2 = dm.calendar_split(0.5, seed=3)
+    assert h2.cycle.value_counts().to_dict() == {'days': 21, 'months': 66} and key(h2) != key(dm.calendar_split(0.5, seed=4)[1])
+    pd.testing.assert_frame_equal(dm.calendar_split()[1], held)
+    assert len(dm.calendar_split(0.)[1]) == 0
     assert list(train.index) == list(range(len(train))) and list(held.index) == list(range(len(held)))   # fresh row numbers
     for bad in (-0.1, 1.0):
-        with pytest.raises(ConfigError): md.calendar_split(bad)
+        with pytest.raises(ConfigError): dm.calendar_split(bad)
     for r in train.itertuples(): assert CYCLES[r.cycle][r.answer] == _count_forward(list(CYCLES[r.cycle]), CYCLES[r.cycle][r.start], r.n)
 
 def test_toy_corpus():
     import random
-    tok = md.calendar_tokenizer()
-    train, held = md.calendar_split()
+    tok = dm.calendar_tokenizer()
+    train, held = dm.calendar_split()
     rng = random.Random(0)
     offsets, kinds = {-1: 0, 0: 0, 1: 0}, {'day': 0, 'month': 0}
     for _ in range(3000):
-        w = md.near_sentence(rng).split()
+        w = dm.near_sentence(rng).split()
         assert w[0] == 'The' and w[2] == 'near' and w[4] == 'is' and w[6] == '.'
         ws = list(CYCLES[w[1] + 's'])
         off = (ws.index(w[5]) - ws.index(w[3])) % len(ws)
         off = off - len(ws) if off > len(ws) // 2 else off
         offsets[off] += 1; kinds[w[1]] += 1
     assert all(900 < v < 1100 for v in offsets.values()) and all(1350 < v < 1650 for v in kinds.values()), (offsets, kinds)   # 1000 +- 3 sd, 1500 +- 5 sd
-    assert md.near_sentence(random.Random(1), 'months').split()[1] == 'month'
-    with pytest.raises(ConfigError): md.near_sentence(rng, 'weeks')
+    assert dm.near_sentence(random.Random(1), 'months').split()[1] == 'month'
+    with pytest.raises(ConfigError): dm.near_sentence(rng, 'weeks')
     seen = set()
     for frac in (0., 1., 0.3):
         n_near = 0
         for _ in range(300):
-            doc = md.calendar_document(train, rng, n_sentences=3, near_frac=frac)
+            doc = dm.calendar_document(train, rng, n_sentences=3, near_frac=frac)
             ids = tok(doc, add_special_tokens=False)['input_ids']
             assert tok.unk_token_id not in ids and len(ids) == len(tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str(doc))   # one token per word
             sents = [x.strip() for x in doc.split(' .') if x.strip()]
@@ -854,9 +862,9 @@ def test_toy_corpus():
         assert n_near == {0.: 0, 1.: 900}.get(frac, n_near) and (frac != 0.3 or 200 < n_near < 340)
     assert not seen & set(held.text)
     assert [len(tok.encode(' ' + w, add_special_tokens=False)) for w in DAYS + MONTHS] == [1] * 19
-    assert md.calendar_document(train, random.Random(2), n_sentences=1, near_frac=0.).count(' .') == 1   # one sentence is enough
+    assert dm.calendar_document(train, random.Random(2), n_sentences=1, near_frac=0.).count(' .') == 1   # one sentence is enough
     for bad in (dict(prompts=train.iloc[:0]), dict(n_sentences=0), dict(near_frac=1.5)):
-        with pytest.raises(ConfigError): md.calendar_document(**{'prompts': train, 'rng': rng, **bad})
+        with pytest.raises(ConfigError): dm.calendar_document(**{'prompts': train, 'seed': rng, **bad})
 
 def test_calendar_accuracy_against_a_loop(untouched):
     m, tok = tiny_lm('llama', n_layers=2, seed=4), _WordTok()
@@ -874,24 +882,24 @@ def test_calendar_accuracy_against_a_loop(untouched):
     with pytest.raises(ConfigError): md.calendar_accuracy(m, tok, P.drop(columns='cycle'))
 
 def test_train_calendar_lm_short_run():
-    m, tok, res = md.train_calendar_lm(steps=40, batch_size=8, n_layers=1, d_model=32, progress=False)
-    assert not m.training and m.config.num_hidden_layers == 1 and m.config.vocab_size == len(tok) == len(md.calendar_tokenizer())
+    m, tok, res = dm.train_calendar_lm(steps=40, batch_size=8, n_layers=1, d_model=32, progress=False)
+    assert not m.training and m.config.num_hidden_layers == 1 and m.config.vocab_size == len(tok) == len(dm.calendar_tokenizer())
     assert len(res.history) == 40 and res.history.loss.iloc[-5:].mean() < 0.85 * res.history.loss.iloc[:3].mean()
     assert res.optimizer.param_groups[0]['weight_decay'] == 1.0
-    m2, _, _ = md.train_calendar_lm(steps=40, batch_size=8, n_layers=1, d_model=32, progress=False)
+    m2, _, _ = dm.train_calendar_lm(steps=40, batch_size=8, n_layers=1, d_model=32, progress=False)
     assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), m2.state_dict().values()))   # same seed, same weights
 
 def test_shipped_calendar_lm_reaches_its_accuracy_on_fresh_items():
     import random
-    m, tok, meta = md.load_calendar_lm()
-    train, held = md.calendar_split(meta['recipe']['heldout_frac'], meta['recipe']['seed'])
+    m, tok, meta = dm.load_calendar_lm()
+    train, held = dm.calendar_split(meta['recipe'].get('test_frac', meta['recipe'].get('heldout_frac')), meta['recipe']['seed'])   # the shipped asset's recipe uses the old name
     # exact across CPUs: reproduced with AVX-512, AVX2 and no vector instructions; the smallest top-1 margin of any of these prompts is 0.037
     assert meta['accuracy'] == {'train': md.calendar_accuracy(m, tok, train).round(4).to_dict(), 'heldout': md.calendar_accuracy(m, tok, held).round(4).to_dict()}
     assert min(meta['accuracy']['train'].values()) >= 0.99 and meta['accuracy']['heldout']['months'] >= 0.9
     # fresh contexts: each held-out month fact after two sentences of a new document; argmax over the whole vocabulary
     rng, ok = random.Random(123), []
     for r in held[held.cycle == 'months'].itertuples():
-        text = md.calendar_document(train, rng, n_sentences=2) + ' ' + r.text
+        text = dm.calendar_document(train, rng, n_sentences=2) + ' ' + r.text
         with torch.no_grad(): lg = m(torch.tensor([tok(text, add_special_tokens=False)['input_ids']])).logits[0, -1]
         ok.append(tok.convert_ids_to_tokens(int(lg.argmax())) == MONTHS[r.answer])
     assert np.mean(ok) >= 0.9, np.mean(ok)
@@ -900,8 +908,8 @@ def test_calendar_lm_vocabulary_is_checked(monkeypatch):
     from tokenizers import Tokenizer, models as tm, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     t = Tokenizer(tm.WordLevel({'[PAD]': 0, '[UNK]': 1, 'x': 2}, unk_token='[UNK]')); t.pre_tokenizer = pre_tokenizers.Whitespace()
-    monkeypatch.setattr(md, 'calendar_tokenizer', lambda: PreTrainedTokenizerFast(tokenizer_object=t, pad_token='[PAD]', unk_token='[UNK]'))
-    with pytest.raises(ConfigError, match='vocabulary'): md.load_calendar_lm()
+    monkeypatch.setattr(dm, 'calendar_tokenizer', lambda: PreTrainedTokenizerFast(tokenizer_object=t, pad_token='[PAD]', unk_token='[UNK]'))
+    with pytest.raises(ConfigError, match='vocabulary'): dm.load_calendar_lm()
 
 def test_calendar_asset_script_on_a_short_run(tmp_path):
     import sys
@@ -913,14 +921,14 @@ def test_calendar_asset_script_on_a_short_run(tmp_path):
     recipe = dict(mk.RECIPE, steps=20, batch_size=4, n_layers=1)
     path, m, tok, meta = mk.make(recipe, folder=tmp_path, progress=False)
     tensors, meta2 = load_asset('multidim_calendar_lm', tmp_path)
-    train, held = md.calendar_split(recipe['heldout_frac'], recipe['seed'])
+    train, held = dm.calendar_split(recipe['test_frac'], recipe['seed'])
     assert meta2['accuracy']['heldout'] == md.calendar_accuracy(m, tok, held).round(4).to_dict() and meta2['n_heldout'] == 34
     assert meta2['tiny_lm']['n_layers'] == 1 and meta2['recipe']['steps'] == 20
     assert all(torch.equal(tensors[k], v) for k, v in m.state_dict().items())
 
 def test_large_sae_summary(tmp_path):
-    with pytest.raises(md.AssetNotFound, match='make_multidim_large_sae'): md.load_large_sae_summary(tmp_path)
-    big = md.load_large_sae_summary()
+    with pytest.raises(AssetNotFound, match='make_multidim_large_sae'): dm.load_large_sae_summary(tmp_path)
+    big = dm.load_large_sae_summary()
     cl = pd.DataFrame(big['clusters'])
     assert big['config']['d_sae'] == 4096 and cl.cluster.is_unique and (cl['size'] >= 2).all()
     assert (cl.irreducible == ((cl.separability > 0.3) & (cl.mixture < 0.35))).all()
@@ -929,3 +937,55 @@ def test_large_sae_summary(tmp_path):
         assert len(e['vocab'] if 'vocab' in e else big['vocab'][c]) == len(CYCLES[c])
         for g in ('cluster_points', 'feature_points'):
             if g in e: assert len(e[g]['points']) == len(e[g]['tokens']) == min(e[g]['n_points'], big['eval']['max_points'])
+
+# ---------------------------------------------------------------- results, and renamed and moved names that keep working with a FutureWarning
+
+def test_results_are_shipped_trained_and_result_dataclasses():
+    from interpkit.train import Shipped, Trained
+    m = tiny_lm('llama', n_layers=2, seed=0)
+    st = word_states(m, char_tokenizer(), ['ab', 'cd', 'ef'], [0, 1], ['say {w}.'])
+    assert isinstance(st, WordStates) and list(st) == [0, 1] and len(st) == 2 and dict(st.items()).keys() == {0, 1}
+    assert st.words == ['ab', 'cd', 'ef'] and st.templates == ['say {w}.'] and st[1] is st.by_layer[1] and 'WordStates(' in repr(st)
+    assert list(circle_scores(st, st.words).index) == [0, 1]
+    assert isinstance(dm.load_calendar_lm(), Shipped) and isinstance(load_multidim_sae(), Shipped)
+    assert isinstance(dm.train_calendar_lm(2, batch_size=2, n_layers=1, d_model=16, progress=False), Trained)
+    t = train_lm_sae(m, char_tokenizer(), 'resid_post(0)', n_tokens=64 * 4, d_sae=8, top_k=2, steps=2, batch_size=16, forward_batch=2, progress=False)
+    assert isinstance(t, Trained) and t.tokenizer is None and isinstance(t.model, SAE) and t.model.k == 2
+    big = dm.load_large_sae_summary()
+    assert isinstance(big, LargeSAESummary) and isinstance(big.clusters, pd.DataFrame) and big['config'] is big.config and len(big.clusters) == len(big['clusters'])
+
+def test_old_import_paths_of_the_demo_names_warn():
+    for name in ('NUMBERS', 'TOKEN_SETS', 'synthetic_cloud', 'NEAR_TEMPLATE', 'calendar_tokenizer', 'calendar_split', 'near_sentence', 'calendar_document',
+                 'CALENDAR_LM', 'train_calendar_lm', 'load_calendar_lm', 'calendar_texts', 'sae_tokens', 'lm_sae_activations', 'heldout_split', 'train_lm_sae',
+                 'load_multidim_sae', 'load_large_sae_summary'):
+        with pytest.warns(FutureWarning, match=f'multidim.{name} is now interpkit.demos.multidim.{name}'):
+            assert getattr(md, name) is getattr(dm, name)
+    with pytest.raises(AttributeError): md.no_such_name
+
+def test_renamed_arguments_still_work_with_a_warning():
+    import random
+    x = synthetic_cloud('mixture', 500)
+    with pytest.warns(FutureWarning, match='epsilon= is now called eps='): assert mixture_index(x, epsilon=0.2) == mixture_index(x, eps=0.2)
+    with pytest.warns(FutureWarning, match='epsilon= is now called eps='): assert irreducibility(x, epsilon=0.2).mixture == irreducibility(x, eps=0.2).mixture
+    p = synthetic_cloud('circle', 12)
+    with pytest.warns(FutureWarning, match='centre= is now called center='): assert circularity(p, centre=torch.ones(2)) == circularity(p, center=torch.ones(2))
+    with pytest.warns(FutureWarning, match='k= is now called rank='): old = pca_fit(x, k=1)
+    assert all(torch.equal(a, b) for a, b in zip(old, pca_fit(x, rank=1)))
+    with pytest.warns(FutureWarning, match='k= is now called rank='): assert torch.equal(pca_project(x, k=1), pca_project(x, rank=1))
+    with pytest.warns(FutureWarning, match='heldout_frac= is now called test_frac='): old = dm.calendar_split(heldout_frac=0.5)
+    assert all(a.equals(b) for a, b in zip(old, dm.calendar_split(test_frac=0.5)))
+    train, _ = dm.calendar_split()
+    with pytest.warns(FutureWarning, match='rng= is now called seed='): assert dm.calendar_document(train, rng=random.Random(3)) == dm.calendar_document(train, 3)
+    with pytest.warns(FutureWarning, match='rng= is now called seed='): assert dm.near_sentence(rng=random.Random(3)) == dm.near_sentence(3)
+    a = torch.arange(100.)[:, None]
+    with pytest.warns(FutureWarning, match='frac= is now called test_frac='): assert torch.equal(heldout_split(a, frac=0.1)[1], heldout_split(a, test_frac=0.1)[1])
+    with pytest.warns(FutureWarning, match='heldout_frac= is now called test_frac='):
+        m1 = dm.train_calendar_lm(2, heldout_frac=0.5, batch_size=2, n_layers=1, d_model=16, progress=False).model
+    m2 = dm.train_calendar_lm(2, test_frac=0.5, batch_size=2, n_layers=1, d_model=16, progress=False).model
+    assert all(torch.equal(u, v) for u, v in zip(m1.state_dict().values(), m2.state_dict().values()))
+    m, ct = tiny_lm('llama', n_layers=2, seed=0), char_tokenizer()
+    kw = dict(site='resid_post(0)', n_tokens=64 * 4, d_sae=8, steps=2, batch_size=16, forward_batch=2, progress=False)
+    with pytest.warns(FutureWarning) as w: old = train_lm_sae(m, ct, k=2, heldout_frac=0.1, **kw)
+    assert {str(x.message).split(':')[1].split(';')[0].strip() for x in w} >= {'the argument k= is now called top_k=', 'the argument heldout_frac= is now called test_frac='}
+    new = train_lm_sae(m, ct, top_k=2, test_frac=0.1, **kw)
+    assert all(torch.equal(u, v) for u, v in zip(old.model.state_dict().values(), new.model.state_dict().values()))

@@ -15,14 +15,17 @@ from interpkit.models import tiny_config, tiny_lm, tiny_tokenizer
 from interpkit.testing import snapshot
 from interpkit.train import assets_dir
 import interpkit.papers.rm_contrast as rmc
-from interpkit.papers.rm_contrast import (POLE_DESCRIPTIONS, DescriptionDetector, demo_heldout, detector_agreement, detector_shifts, lexicon_detector,
+from interpkit.papers.rm_contrast import (POLE_DESCRIPTIONS, DescriptionDetector, detector_agreement, detector_shifts, lexicon_detector,
                                           representatives_null, revalidate)
-from interpkit.papers.rm_contrast import (RESPONSE_ATTRIBUTES, PLANTED, RM_ASSET, RESPONSE_TEMPLATE, SIDES, STEP1_TEMPLATE, STEP2_TEMPLATE, TOPICS,
+from interpkit.papers.rm_contrast import (RESPONSE_ATTRIBUTES, SIDES, STEP1_TEMPLATE, STEP2_TEMPLATE,
                                           Attribute, PreferencePair, Explanation, LMRewriter, Span, SpanEditor, as_comparisons, attribute,
-                                          attribute_levels, classifier_reward, coverage, demo_comparisons, demo_prompt, demo_response, explain,
-                                          head_features, head_reward, load_rm_demo, local_sensitivity, orient, perturbation_view, perturbations,
-                                          planted_reward, plot_sensitivity, random_edit, representatives, rewards, rewrite_prompts,
-                                          semantic_distances, sensitivity, syntactic_distance, train_reward_head, _clean_reply)
+                                          classifier_reward, coverage, explain, head_features, head_reward, local_sensitivity, orient,
+                                          perturbation_view, perturbations, plot_sensitivity, random_edit, representatives, rewards, rewrite_prompts,
+                                          semantic_distances, sensitivity, syntactic_distance, _clean_reply)
+import interpkit.demos.rm_contrast as rmd
+from interpkit.demos.rm_contrast import (PLANTED, RM_ASSET, RESPONSE_TEMPLATE, TOPICS, attribute_levels, demo_comparisons, demo_heldout, demo_prompt,
+                                         demo_response, load_rm_demo, planted_reward, train_reward_head)
+from interpkit.train import Trained
 
 torch.set_num_threads(1)
 
@@ -412,11 +415,11 @@ def test_random_edit_size_and_protection():
                 ops = word_ops(y, e)
                 if max(k for k, _ in ops) > 1: continue   # multi-word deletions: see the xfails below
                 for seed in range(4):
-                    x = random_edit(y, e, a, pool=['XQ'], seed=seed)
+                    x = random_edit(y, e, a, words=['XQ'], seed=seed)
                     assert x.split().count('XQ') == sum(j for _, j in ops)
                     assert len(x.split()) - x.split().count('XQ') == len(y.split()) - sum(i for i, _ in ops)
                     assert [s.text for s in a.spans(x)] == [s.text for s in a.spans(y)] and a.score(x) == a.score(y)
-                    assert random_edit(y, e, a, pool=['XQ'], seed=seed) == x
+                    assert random_edit(y, e, a, words=['XQ'], seed=seed) == x
                     n += 1
                 outs = {random_edit(y, e, a, seed=s) for s in range(8)}
                 assert len(outs) > 1
@@ -501,7 +504,7 @@ def expected_rows(cs, attrs, sides):
 
 def test_explain_against_closed_forms():
     rm, raw = LinearRM(), comparisons_for_rm()
-    ex = explain(rm, raw, encoder=False, batch_size=5)
+    ex = explain(rm, raw, embedder=False, batch_size=5)
     assert isinstance(ex, Explanation) and 'semantic' not in ex.table
     cs = ex.comparisons
     attrs = [a.name for a in RESPONSE_ATTRIBUTES]
@@ -546,7 +549,7 @@ def test_explain_scores_each_pair_once_and_reuses_the_originals():
     # Before the fix, `explain` scored the originals again beside the perturbed responses (604 scorings for 524 distinct pairs in the
     # notebook's first version): with this reward model every original then had two rewards, and a side left unedited moved the margin.
     rm, raw = DriftingRM(), comparisons_for_rm(5, seed=4)
-    ex = explain(rm, raw, baseline=True, encoder=False, batch_size=7)
+    ex = explain(rm, raw, baseline=True, embedder=False, batch_size=7)
     cs, t = ex.comparisons, ex.table
     needed = {(c.prompt, y) for c in cs for y in (c.chosen, c.rejected)} | {(cs[i].prompt, y) for i, a, b in zip(t.comparison, t.chosen, t.rejected) for y in (a, b)}
     assert len(rm.seen) == len(set(rm.seen)) == len(needed) and set(rm.seen) == needed and sum(rm.calls) == len(needed)
@@ -571,7 +574,7 @@ def test_explain_scores_each_pair_once_and_reuses_the_originals():
 
 def test_explain_sides_names_and_swaps():
     rm, raw = LinearRM(), comparisons_for_rm(4, seed=8)
-    ex = explain(rm, [(c.prompt, c.rejected, c.chosen) for c in raw], attributes=['harmlessness', 'formality'], sides=('rejected',), encoder=False)
+    ex = explain(rm, [(c.prompt, c.rejected, c.chosen) for c in raw], attributes=['harmlessness', 'formality'], sides=('rejected',), embedder=False)
     want = expected_rows(ex.comparisons, ['harmlessness', 'formality'], ('rejected',))
     assert len(ex.table) == 8 and set(ex.table.side) == {'rejected'}
     np.testing.assert_allclose(ex.table.new_margin, want.new_margin, atol=1e-9)
@@ -598,7 +601,7 @@ def test_perturbations_rewriter_contract():
 
 def test_random_baseline_rows():
     rm, raw = LinearRM(), comparisons_for_rm(4, seed=12)
-    ex = explain(rm, raw, attributes=['directness', 'formality'], baseline=True, encoder=False, seed=3)
+    ex = explain(rm, raw, attributes=['directness', 'formality'], baseline=True, embedder=False, seed=3)
     t = ex.table
     att, rnd = t[t.editor == 'attribute'].reset_index(drop=True), t[t.editor == 'random'].reset_index(drop=True)
     assert len(t) == 2*len(att) == 4*2*3*2 and list(t.editor[:2]) == ['attribute', 'random']
@@ -614,14 +617,14 @@ def test_random_baseline_rows():
         assert r.new_margin == pytest.approx(rm.value(c.prompt, r.chosen) - rm.value(c.prompt, r.rejected), abs=1e-9)
         assert attr.score(r.chosen) == attr.score(c.chosen) and attr.score(r.rejected) == attr.score(c.rejected)
     assert rnd.valid.sum() >= rnd.valid.size // 3
-    other = explain(LinearRM(), raw, attributes=['directness', 'formality'], baseline=True, encoder=False, seed=4).of('random')
+    other = explain(LinearRM(), raw, attributes=['directness', 'formality'], baseline=True, embedder=False, seed=4).of('random')
     assert (other.chosen.to_numpy() != t[t.editor == 'random'].chosen.to_numpy()).any()
     with pytest.raises(ConfigError): ex.of('lm')
 
 def test_explain_semantic_locality(minilm):
     enc, tok = minilm
     rm, raw = LinearRM(), comparisons_for_rm(1, seed=2)
-    ex = explain(rm, raw, attributes=['conciseness', 'enthusiasm'], encoder=enc, tokenizer=tok, batch_size=4)
+    ex = explain(rm, raw, attributes=['conciseness', 'enthusiasm'], embedder=enc, embedder_tokenizer=tok, batch_size=4)
     c = ex.comparisons[0]
     def e(x):
         with torch.no_grad(): h = enc(**tok(x, return_tensors='pt')).last_hidden_state[0].double().mean(0)
@@ -677,7 +680,7 @@ def hand_validity(ex, score):
 
 def test_revalidate_with_the_lexicon_and_with_another_detector():
     rm, raw = LinearRM(), demo_comparisons(6, PLANTED['helpful'], seed=23, beta=np.inf)
-    ex = explain(rm, raw, baseline=True, encoder=False, seed=2)
+    ex = explain(rm, raw, baseline=True, embedder=False, seed=2)
     lex = revalidate(ex, lexicon_detector)
     att = (ex.table.editor == 'attribute').to_numpy()
     np.testing.assert_array_equal(lex.table.valid[att], ex.table.valid[att])   # the span edits' own validity, exactly
@@ -759,7 +762,7 @@ def test_coverage_on_a_hand_made_table():
 
 def test_sensitivity_closed_form():
     rm, raw = LinearRM(), demo_comparisons(10, PLANTED['helpful'], seed=21, beta=np.inf)
-    ex = explain(rm, raw, encoder=False)
+    ex = explain(rm, raw, embedder=False)
     want = expected_rows(ex.comparisons, [a.name for a in RESPONSE_ATTRIBUTES], SIDES)
     for sides in (('chosen', 'rejected'), ('both',), ('chosen',)):
         s = sensitivity(ex, sides=sides) if sides != ('chosen', 'rejected') else sensitivity(ex)
@@ -779,7 +782,7 @@ def test_sensitivity_closed_form():
 
 def test_local_sensitivity_by_loops():
     rm, raw = LinearRM(), demo_comparisons(6, PLANTED['helpful'], seed=22, beta=np.inf)
-    ex = explain(rm, raw, encoder=False, baseline=True)
+    ex = explain(rm, raw, embedder=False, baseline=True)
     for editor in ('attribute', 'random'):
         for sides in (('chosen', 'rejected'), ('both',)):
             loc = local_sensitivity(ex, editor, sides)
@@ -821,21 +824,21 @@ def test_representatives_by_brute_force():
         d = ranks(x) - ranks(y)
         want.append((i, 1 - 6*(d**2).sum()/(n*(n*n - 1)), n))
     want.sort(key=lambda r: (-round(r[1], 9), r[0]))
-    got = representatives(ex, k=10)
+    got = representatives(ex, top_k=10)
     assert list(got.columns) == ['comparison', 'rho', 'n_attributes'] and len(got) == len(want) == 6
     np.testing.assert_allclose(got.rho, [w[1] for w in want], atol=1e-12)
     tied = lambda rows: sorted((round(r, 9), c, n) for c, r, n in rows)   # order up to exact ties in rho (see the xfail below)
     assert tied(zip(got.comparison, got.rho, got.n_attributes)) == tied((c, r, n) for c, r, n in want)
     for k in (1, 3):
-        top = representatives(ex, k=k)
+        top = representatives(ex, top_k=k)
         assert len(top) == k and list(top.comparison) == list(got.comparison[:k])
     assert want[0][1] == 1.0 and want[1][1] == 1.0 and {want[0][0], want[1][0]} == {0, 3}
-    assert 2 in set(representatives(ex, k=10, min_attributes=2).comparison)
-    assert representatives(ex, k=10, min_attributes=1).equals(representatives(ex, k=10, min_attributes=2))
-    assert set(representatives(ex, k=10, min_attributes=5).comparison) == {0, 4}
+    assert 2 in set(representatives(ex, top_k=10, min_attributes=2).comparison)
+    assert representatives(ex, top_k=10, min_attributes=1).equals(representatives(ex, top_k=10, min_attributes=2))
+    assert set(representatives(ex, top_k=10, min_attributes=5).comparison) == {0, 4}
 
 def test_representatives_break_exact_ties_by_comparison():
-    got = representatives(hand_explanation(rep_rows(), 8), k=2)
+    got = representatives(hand_explanation(rep_rows(), 8), top_k=2)
     assert list(got.comparison) == [0, 3]
 
 def test_representatives_null_by_brute_force():
@@ -846,7 +849,7 @@ def test_representatives_null_by_brute_force():
     rows += [dict(comparison=1, attribute=a, side='chosen', valid=True, margin=1.0, new_margin=1.0 - s, syntactic=0.0) for a, s in zip('abc', (0.2, 0.9, 0.5))]
     ex = hand_explanation(rows, 2)
     glob = sensitivity(ex)['shift']
-    null = representatives_null(ex, k=1, n_permutations=1200, min_attributes=3, seed=5)
+    null = representatives_null(ex, top_k=1, n_permutations=1200, min_attributes=3, seed=5)
     assert null.shape == (1200,)
     # both comparisons shuffled independently; the statistic is the larger rho: P(max = v) from the 6 x 6 equally likely pairs
     vals = [1.0, 0.5, 0.5, -0.5, -0.5, -1.0]
@@ -855,15 +858,15 @@ def test_representatives_null_by_brute_force():
         k = int(np.isclose(null, v).sum())
         assert abs(k - 1200*pv) / math.sqrt(1200*pv*(1 - pv)) < 5, (v, k, pv)
     assert np.isin(np.round(null, 9), list(p)).all()
-    np.testing.assert_array_equal(null, representatives_null(ex, k=1, n_permutations=1200, min_attributes=3, seed=5))
-    assert not np.array_equal(null, representatives_null(ex, k=1, n_permutations=1200, min_attributes=3, seed=6))
-    both = representatives_null(ex, k=2, n_permutations=50, seed=1)   # k = 2: the mean of both comparisons' rhos
+    np.testing.assert_array_equal(null, representatives_null(ex, top_k=1, n_permutations=1200, min_attributes=3, seed=5))
+    assert not np.array_equal(null, representatives_null(ex, top_k=1, n_permutations=1200, min_attributes=3, seed=6))
+    both = representatives_null(ex, top_k=2, n_permutations=50, seed=1)   # k = 2: the mean of both comparisons' rhos
     assert np.isin(np.round(2*both, 9), [x + y for x in vals for y in vals]).all()
-    assert np.isnan(representatives_null(ex, k=1, n_permutations=3, min_attributes=4)).all()   # no comparison qualifies
+    assert np.isnan(representatives_null(ex, top_k=1, n_permutations=3, min_attributes=4)).all()   # no comparison qualifies
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigError): representatives_null(ex, n_permutations=bad)
     # unshuffled, the statistic is what representatives reports: a shuffle that keeps the order gives it back
-    assert representatives(ex, k=1).rho.iloc[0] == max(float(np.round(np.corrcoef(ranks(np.array(v)), ranks(glob[list('abc')].to_numpy()))[0, 1], 12)) for v in ((0.3, 0.7, 0.1), (0.2, 0.9, 0.5)))
+    assert representatives(ex, top_k=1).rho.iloc[0] == max(float(np.round(np.corrcoef(ranks(np.array(v)), ranks(glob[list('abc')].to_numpy()))[0, 1], 12)) for v in ((0.3, 0.7, 0.1), (0.2, 0.9, 0.5)))
 
 # ---------------------------------------------------------------- views
 
@@ -951,19 +954,29 @@ def test_train_reward_head_recovers_the_preference_direction():
     f1, f2 = torch.randn(400, 8, generator=g), torch.randn(400, 8, generator=g)
     first = (f1 - f2) @ w_true > 0
     c, r = torch.where(first[:, None], f1, f2), torch.where(first[:, None], f2, f1)
-    h = train_reward_head(c, r, seed=1)
+    trained = train_reward_head(c, r, seed=1)
+    h, tokenizer, res = trained
+    assert isinstance(trained, Trained) and trained.model is h and tokenizer is None
     assert isinstance(h, torch.nn.Linear) and not h.training and not any(p.requires_grad for p in h.parameters())
+    # the fit's history is the Bradley-Terry loss of the head as it was at each step: its last entry is one step before the end
+    assert len(res.history) == 300 and res.history.loss.iloc[-1] < res.history.loss.iloc[0] < math.log(2) + 0.5
     cos = float(torch.nn.functional.cosine_similarity(h.weight[0], w_true, dim=0))
     assert cos > 0.9, cos
     with torch.no_grad(): acc = float(((h(c) - h(r))[:, 0] > 0).float().mean())
     assert acc > 0.88, acc
-    h2 = train_reward_head(c, r, seed=1)
+    h2 = train_reward_head(c, r, seed=1).model
     assert torch.equal(h.weight, h2.weight) and torch.equal(h.bias, h2.bias)
-    assert not torch.equal(train_reward_head(c, r, seed=2).weight, h.weight)
-    assert train_reward_head(c, r, weight_decay=0.5, seed=1).weight.norm() < 0.9*h.weight.norm()
-    assert (train_reward_head(c, r, lr=0.001, seed=1).weight - h.weight).abs().max() > 0.05
-    short = train_reward_head(c, r, steps=1, lr=0.01, seed=1)
+    assert not torch.equal(train_reward_head(c, r, seed=2).model.weight, h.weight)
+    assert train_reward_head(c, r, weight_decay=0.5, seed=1).model.weight.norm() < 0.9*h.weight.norm()
+    assert (train_reward_head(c, r, lr=0.001, seed=1).model.weight - h.weight).abs().max() > 0.05
+    short = train_reward_head(c, r, steps=1, lr=0.01, seed=1).model
     assert (short.weight - h.weight).abs().max() > 0.05
+    # the initialisation is torch's default for a Linear drawn from seed 1, as before (torch.random.fork_rng + manual_seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        init = torch.nn.Linear(8, 1)
+    frozen = train_reward_head(c, r, steps=1, lr=0.0, seed=1).model
+    assert torch.equal(frozen.weight, init.weight) and torch.equal(frozen.bias, init.bias)
     for bad in ((c, r[:, :7]), (c[:, 0], r[:, 0]), (c[:0], r[:0]), (c, r[:-1])):
         with pytest.raises(ShapeError): train_reward_head(*bad)
 
@@ -989,7 +1002,7 @@ def test_load_rm_demo(minilm):
         assert [c.swapped() if s else c for c, s in zip(raw, ex.swapped)] == ex.comparisons
     name = 'helpful'
     ex = dm.explanations[name]
-    live = explain(dm.reward_models[name], ex.comparisons[:2], encoder=False, baseline=True, seed=meta['seed'])
+    live = explain(dm.reward_models[name], ex.comparisons[:2], embedder=False, baseline=True, seed=meta['seed'])
     shipped = ex.table[ex.table.comparison < 2].reset_index(drop=True)
     assert len(live.table) == len(shipped)
     for k in ('comparison', 'attribute', 'side', 'editor', 'chosen', 'rejected'): np.testing.assert_array_equal(live.table[k], shipped[k])
@@ -1006,7 +1019,7 @@ def test_load_rm_demo(minilm):
         with pytest.raises(ConfigError): perturbation_view(ex, **bad)
     assert isinstance(dm.rewrites, pd.DataFrame) and len(dm.rewrites)
     # the independent detector's verdicts: shipped shifts against a live DescriptionDetector on the first two comparisons
-    det = DescriptionDetector(encoder=enc, tokenizer=tok)
+    det = DescriptionDetector(embedder=enc, tokenizer=tok)
     d = detector_shifts(live, det)
     ind = dm.independent[name].table
     part = ind[ind.comparison < 2].reset_index(drop=True)
@@ -1061,3 +1074,115 @@ def test_a_rewrite_that_does_not_move_the_attribute_is_invalid():
     assert not t.valid.any()
     short = lambda texts, attribute, direction, prompts=None: list(texts)[:-1]
     with pytest.raises(ShapeError, match='rewriter'): perturbations([('q', 'Please wait.', 'Just wait.')], ['politeness'], rewriter=short)
+
+# ---------------------------------------------------------------- renamed and moved names keep working, with a FutureWarning
+
+DEMO_NAMES = ('RESPONSE_TEMPLATE', 'TOPICS', 'PLANTED', 'RM_ASSET', 'RMDemo', 'demo_response', 'demo_prompt', 'attribute_levels', 'planted_reward',
+              'demo_comparisons', 'demo_heldout', 'load_rm_demo', 'train_reward_head')
+
+def test_old_import_paths_of_the_demo_names_warn():
+    for name in DEMO_NAMES:
+        with pytest.warns(FutureWarning, match=f'rm_contrast.{name} is now interpkit.demos.rm_contrast.{name}'):
+            assert getattr(rmc, name) is getattr(rmd, name)
+    with pytest.raises(AttributeError): rmc.no_such_name
+    assert not set(DEMO_NAMES) & set(rmc.__all__) and set(DEMO_NAMES) <= set(rmd.__all__)
+
+def test_the_reward_model_is_now_model():
+    rm, raw = LinearRM(), demo_comparisons(3, PLANTED['helpful'], seed=1, beta=np.inf)
+    with pytest.warns(FutureWarning, match='reward_model= is now called model='):
+        old = rewards(reward_model=rm, prompts=['q'], responses=['Please wait.'])
+    assert old.tolist() == rewards(rm, ['q'], ['Please wait.']).tolist()
+    with pytest.warns(FutureWarning, match='reward_model= is now called model='):
+        oc, m0, sw = orient(reward_model=rm, comparisons=raw)
+    assert oc == orient(rm, raw)[0]
+    with pytest.warns(FutureWarning, match='reward_model= is now called model='):
+        ex = explain(reward_model=rm, comparisons=raw, attributes=['politeness'], embedder=False)
+    assert ex.table.equals(explain(rm, raw, ['politeness'], embedder=False).table)
+    with pytest.raises(ConfigError, match='both reward_model= and model='): rewards(model=rm, prompts=['q'], responses=['a'], reward_model=rm)
+
+def test_the_sentence_encoder_is_now_embedder(minilm):
+    enc, tok = minilm
+    a, b = ['Please wait ten seconds.', 'Just wait.'], ['Just wait ten seconds.', 'Please wait.']
+    new = semantic_distances(a, b, embedder=enc, tokenizer=tok)
+    with pytest.warns(FutureWarning, match='encoder= is now called embedder='):
+        old = semantic_distances(a, b, encoder=enc, tokenizer=tok)
+    np.testing.assert_array_equal(old, new)
+    np.testing.assert_array_equal(semantic_distances(a, b, enc, tok), new)   # a positional caller of the old order gets the same
+    raw = demo_comparisons(2, PLANTED['helpful'], seed=1, beta=np.inf)
+    with pytest.warns(FutureWarning) as w:
+        ex_old = explain(LinearRM(), raw, ['politeness'], encoder=enc, tokenizer=tok)
+    assert {'encoder= is now called embedder=', 'tokenizer= is now called embedder_tokenizer='} <= {str(x.message).split(': ', 1)[1].split(';')[0].replace('the argument ', '') for x in w}
+    ex_new = explain(LinearRM(), raw, ['politeness'], embedder=enc, embedder_tokenizer=tok)
+    assert ex_old.table.equals(ex_new.table)
+    ex_pos = explain(LinearRM(), raw, ['politeness'], None, SIDES, False, enc, tok)   # the old positional order: the same
+    assert ex_pos.table.equals(ex_new.table)
+    with pytest.warns(FutureWarning, match='encoder= is now called embedder='):
+        det = DescriptionDetector(encoder=enc, tokenizer=tok)
+    assert det.embedder is enc
+    np.testing.assert_array_equal(det(a, 'politeness'), DescriptionDetector(POLE_DESCRIPTIONS, enc, tok)(a, 'politeness'))
+
+@pytest.mark.skipif(not ASSET.exists(), reason=f'{RM_ASSET} not built yet')
+def test_load_rm_demo_encoder_is_now_embedder(minilm):
+    enc, tok = minilm
+    with pytest.warns(FutureWarning, match='encoder= is now called embedder='):
+        old = load_rm_demo(encoder=enc, tokenizer=tok)
+    new = load_rm_demo(embedder=enc, tokenizer=tok)
+    assert all(old.explanations[k].table.equals(new.explanations[k].table) for k in PLANTED)
+    assert old.reward_models['helpful'].model is enc
+
+def test_head_is_now_readout():
+    m, t = tiny_lm('llama', seed=0), tiny_tokenizer()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        h = torch.nn.Linear(m.config.hidden_size, 1)
+    with pytest.warns(FutureWarning, match='head= is now called readout='):
+        old = head_reward(m, t, head=h)(P, R)
+    assert torch.equal(old, head_reward(m, t, readout=h)(P, R)) and torch.equal(old, head_reward(m, t, h)(P, R))
+
+def test_pool_is_now_words():
+    a = attribute('politeness')
+    y = demo_response(0, poles_all(-1))
+    e = a.rewrite(y, 1)
+    with pytest.warns(FutureWarning, match='pool= is now called words='):
+        old = random_edit(y, e, a, pool=['XQ'], seed=3)
+    assert old == random_edit(y, e, a, words=['XQ'], seed=3) == random_edit(y, e, a, ['XQ'], 3) and 'XQ' in old
+
+def test_k_is_now_top_k_and_is_checked():
+    ex = hand_explanation(rep_rows(), 8)
+    with pytest.warns(FutureWarning, match='k= is now called top_k='):
+        old = representatives(ex, k=2)
+    assert old.equals(representatives(ex, top_k=2)) and old.equals(representatives(ex, 2))
+    with pytest.warns(FutureWarning, match='k= is now called top_k='):
+        null = representatives_null(ex, k=1, n_permutations=20, seed=0)
+    np.testing.assert_array_equal(null, representatives_null(ex, top_k=1, n_permutations=20, seed=0))
+    for bad in (-1, 0, 1.5, True):   # issue 51: k=-1 used to return every row but one
+        with pytest.raises(ConfigError, match='top_k'): representatives(ex, top_k=bad)
+        with pytest.raises(ConfigError, match='top_k'): representatives_null(ex, top_k=bad, n_permutations=5)
+    for bad in (0, 2.0, False):
+        with pytest.raises(ConfigError, match='n_permutations'): representatives_null(ex, top_k=1, n_permutations=bad)
+
+def test_revalidate_takes_measured_shifts():
+    rm, raw = LinearRM(), demo_comparisons(4, PLANTED['harmless'], seed=3, beta=np.inf)
+    ex = explain(rm, raw, ['politeness', 'formality'], baseline=True, embedder=False, seed=1)
+    shorter = lambda texts, a: -np.array([len(t) for t in texts], dtype=float)
+    d = detector_shifts(ex, shorter)
+    assert revalidate(ex, d).table.equals(revalidate(ex, shorter).table)
+    with pytest.raises(ConfigError, match='d_chosen'): revalidate(ex, d.rename(columns={'d_chosen': 'x'}))
+
+def test_explanation_from_table_marks_the_factuals():
+    rm, raw = LinearRM(), demo_comparisons(3, PLANTED['helpful'], seed=2, beta=np.inf)
+    ex = explain(rm, raw, ['politeness', 'directness'], embedder=False)
+    bare = ex.table.drop(columns=['counterfactual', 'semifactual'])
+    again = Explanation.from_table(ex.comparisons, ex.margins, ex.swapped, bare)
+    assert again.table.equals(ex.table) and 'counterfactual' not in bare   # the given table is left as it was
+
+def test_demo_response_draws_its_poles_from_the_seed():
+    # the poles a seed gives, drawn here slot by slot as demo_comparisons always drew them (one rng.choice((-1, 1)) per phrase pair, attributes in order)
+    for seed in (0, 7):
+        rng = random.Random(seed)
+        poles = {a.name: [rng.choice((-1, 1)) for _ in a.pairs] for a in RESPONSE_ATTRIBUTES}
+        assert demo_response(3, seed=seed) == demo_response(3, poles) == demo_response(3, seed=random.Random(seed))
+    shared = random.Random(1)
+    a, b = demo_response(0, seed=shared), demo_response(0, seed=shared)   # one stream: two different responses
+    assert a != b and a == demo_response(0, seed=1)
+

@@ -8,7 +8,8 @@ with RMU at hidden_states 1-4 and with GA, and prints the steps each needed and 
 import time
 import pandas as pd, torch
 from interpkit.models import encode_queries
-from interpkit.papers.g_effect import author_qa, load_qa_lm, objective, retain_at, unlearn
+from interpkit.papers.g_effect import objective, retain_at, unlearn
+from interpkit.demos.g_effect import author_qa, load_qa_lm
 
 if __name__ == '__main__':
     torch.set_num_threads(1)

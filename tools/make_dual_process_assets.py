@@ -12,12 +12,13 @@ import argparse, dataclasses, datetime, json, os, time
 from pathlib import Path
 import torch, torch.distributed as dist
 from interpkit.train import save_asset
-from interpkit.papers.dual_process import RUNS_ASSET, SHIPPED_EVAL, SHIPPED_RUNS, SHIPPED_WEIGHTS, curves, train_dual_process
+from interpkit.papers.dual_process import curves, train_dual_process
+from interpkit.demos.dual_process import RUNS_ASSET, SHIPPED_EVAL, SHIPPED_RUNS, SHIPPED_WEIGHTS
 
 def train(name, work):
     torch.set_num_threads(1)
     recipe, t0 = SHIPPED_RUNS[name], time.time()
-    model, _, res = train_dual_process(recipe, seed=0, progress=False, **SHIPPED_EVAL)
+    model, _, res = train_dual_process(None, recipe, seed=0, progress=False, **SHIPPED_EVAL)
     info = dict(seconds=round(time.time() - t0, 1), recipe=dataclasses.asdict(recipe), eval=SHIPPED_EVAL, curves=curves(res).reset_index().to_dict('list'),
                 loss=res.history['loss'].rolling(100, min_periods=1).mean().iloc[99::100].round(4).tolist())
     (work/f'{name}.json').write_text(json.dumps(info))

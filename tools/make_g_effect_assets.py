@@ -1,14 +1,16 @@
 """Make the asset of paper 5 (G-effect): `python tools/make_g_effect_assets.py`.
 
 Trains the tiny Llama of `nbs/papers/05_g_effect.ipynb` to answer every question of the synthetic TOFU `author_qa(seed=0)`
-(`interpkit.papers.g_effect.train_qa_lm`, fixed seed, ~1 minute on one thread) and writes
-`interpkit/assets/g_effect_qa_lm.safetensors` (weights, read by `load_qa_lm`) with its `.json` (config, vocabulary, data, metrics).
+(`interpkit.demos.g_effect.train_qa_lm`, fixed seed, ~1 minute on one thread) and writes
+`interpkit/assets/g_effect_qa_lm.safetensors` (weights, read by `interpkit.demos.g_effect.load_qa_lm`) with its `.json` (config, vocabulary, data, metrics)
+through `interpkit.train.save_tiny_lm`.
 """
 import time
 import torch
 from interpkit.models import encode_queries
-from interpkit.papers.g_effect import QA_LM, author_qa, qa_metrics, train_qa_lm
-from interpkit.train import save_asset
+from interpkit.papers.g_effect import qa_metrics
+from interpkit.demos.g_effect import QA_LM, author_qa, train_qa_lm
+from interpkit.train import save_tiny_lm
 
 if __name__ == '__main__':
     torch.set_num_threads(1)
@@ -18,7 +20,7 @@ if __name__ == '__main__':
     model, tokenizer, res = train_qa_lm(qa, steps=steps, batch_size=batch_size, lr=lr, seed=seed)
     secs = time.time() - t0
     metrics = {k: qa_metrics(model, encode_queries(tokenizer, *qa.pairs(ix))).to_dict() for k, ix in (('forget', qa.forget), ('retain', qa.retain))}
-    meta = dict(tiny_lm=dict(QA_LM, vocab_size=tokenizer.vocab_size), vocab=tokenizer.vocab, author_qa=qa_kw, steps=steps, seed=seed, lr=lr,
-                batch_size=batch_size, final_loss=res.final_loss, metrics=metrics, train_seconds=round(secs, 1), recipe='interpkit.papers.g_effect.train_qa_lm')
-    p = save_asset('g_effect_qa_lm', model, meta)
+    meta = dict(tiny_lm=dict(QA_LM, vocab_size=len(tokenizer)), author_qa=qa_kw, steps=steps, seed=seed, lr=lr,
+                batch_size=batch_size, final_loss=res.final_loss, metrics=metrics, train_seconds=round(secs, 1), recipe='interpkit.demos.g_effect.train_qa_lm')
+    p = save_tiny_lm(model, tokenizer, 'g_effect_qa_lm', meta)   # meta['vocab']: the tokenizer's tokens in id order
     print(f"wrote {p} ({p.stat().st_size / 1e3:.0f} kB): loss {res.history['loss'].iloc[0]:.3f} -> {res.final_loss:.4f}, {metrics} in {secs:.1f} s")

@@ -17,8 +17,8 @@ import argparse, json, os, time
 from pathlib import Path
 import torch
 from interpkit.models import load_lm
-from interpkit.papers.lsp import (OBJECT_ATTRIBUTES, OBJECT_QUESTIONS, HFLLM, CachedExecutor, KeywordExecutor, QuestionBank, accuracy, chance_accuracy, learn_lsp,
-                                  make_task, run_program, tree_baseline, LSP_ASSET, LSP_RECIPE)
+from interpkit.papers.lsp import HFLLM, CachedExecutor, KeywordExecutor, QuestionBank, accuracy, learn_lsp, run_program
+from interpkit.demos.lsp import OBJECT_ATTRIBUTES, OBJECT_QUESTIONS, chance_accuracy, make_task, tree_baseline, LSP_ASSET, LSP_RECIPE
 from interpkit.train import assets_dir
 
 R = LSP_RECIPE

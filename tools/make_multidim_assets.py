@@ -1,18 +1,18 @@
 """Make the asset of paper 18 (multi-dimensional features): `python tools/make_multidim_assets.py`.
 
 Trains the top-k sparse autoencoder of `nbs/papers/18_multidim.ipynb` on SmolLM2-135M-Instruct's residual stream
-after block 6 with the recipe `interpkit.papers.multidim.train_lm_sae` (Shakespeare mixed with 20% generated calendar
+after block 6 with the recipe `interpkit.demos.multidim.train_lm_sae` (Shakespeare mixed with 20% generated calendar
 sentences, fixed seed; the last 5% of the activations are held out), scores it on those held-out activations, and
 writes `interpkit/assets/multidim_sae.safetensors` (float16 weights) and its `.json`. `load_multidim_sae()` loads it.
 """
 import time
 import torch
 from interpkit.models import load_lm
-from interpkit.papers.multidim import train_lm_sae, lm_sae_activations, heldout_split
+from interpkit.demos.multidim import train_lm_sae, lm_sae_activations, heldout_split
 from interpkit.sae import sae_metrics
 from interpkit.train import save_asset
 
-CONFIG = dict(site='resid_post(6)', n_tokens=64_000, d_sae=1024, k=32, steps=1200, batch_size=512, lr=2e-3, block=64, calendar_frac=0.2, seed=0)
+CONFIG = dict(site='resid_post(6)', n_tokens=64_000, d_sae=1024, top_k=32, steps=1200, batch_size=512, lr=2e-3, block=64, calendar_frac=0.2, seed=0)
 
 def make(model, tokenizer, config=CONFIG, name='multidim_sae', folder=None, progress=True):
     "Train the SAE with `config`, score it on the held-out activations, save it; return (path, sae, FitResult, metrics, seconds)."
@@ -25,7 +25,7 @@ def make(model, tokenizer, config=CONFIG, name='multidim_sae', folder=None, prog
     sd = {k: (v.half() if k in ('W_enc', 'W_dec') else v) for k, v in sae.state_dict().items()}  # float16 weights: half the size
     path = save_asset(name, sd, dict(config=config, model='smollm2-135m-instruct', d_in=sae.d_in, kind=sae.kind,
                                      heldout=metrics, final_train_nmse=float(res.history['nmse'].iloc[-100:].mean()),
-                                     train_seconds=round(secs, 1), recipe='interpkit.papers.multidim.train_lm_sae'), folder=folder)
+                                     train_seconds=round(secs, 1), recipe='interpkit.demos.multidim.train_lm_sae'), folder=folder)
     return path, sae, res, metrics, secs
 
 if __name__ == '__main__':

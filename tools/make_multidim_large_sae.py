@@ -1,7 +1,7 @@
 """Make the large-SAE summary of paper 18 (multi-dimensional features): `python tools/make_multidim_large_sae.py`.
 
 A wider sparse autoencoder than the shipped one, to see whether calendar clusters appear in SmolLM2-135M-Instruct at a larger
-scale: 4096 top-k features (k = 32) on 320,000 tokens at resid_post(6), with the recipe `interpkit.papers.multidim.train_lm_sae`
+scale: 4096 top-k features (k = 32) on 320,000 tokens at resid_post(6), with the recipe `interpkit.demos.multidim.train_lm_sae`
 (Shakespeare mixed with 20% generated calendar sentences, fixed seed). The SAE encodes a fresh draw of text (seed 1, 30% calendar
 rows), its decoder directions are spectrally clustered into 160 clusters (about 25 features each, the paper's ratio for GPT-2),
 and every cluster is scored with `rank_clusters`. The weights (9 MB) are not shipped: the script writes
@@ -13,12 +13,12 @@ import json, time
 from dataclasses import asdict
 import numpy as np, torch
 from interpkit.models import load_lm
-from interpkit.papers.multidim import (DAYS, MONTHS, train_lm_sae, lm_sae_activations, heldout_split, sae_tokens, cluster_features,
-                                       rank_clusters, token_share, cluster_reconstruction, pca_project, irreducibility)
+from interpkit.papers.multidim import DAYS, MONTHS, cluster_features, rank_clusters, token_share, cluster_reconstruction, pca_project, irreducibility
+from interpkit.demos.multidim import train_lm_sae, lm_sae_activations, heldout_split, sae_tokens
 from interpkit.sae import sae_metrics, stream_activations
 from interpkit.train import assets_dir
 
-CONFIG = dict(site='resid_post(6)', n_tokens=320_000, d_sae=4096, k=32, steps=3000, batch_size=1024, lr=1e-3, block=64, calendar_frac=0.2, seed=0)
+CONFIG = dict(site='resid_post(6)', n_tokens=320_000, d_sae=4096, top_k=32, steps=3000, batch_size=1024, lr=1e-3, block=64, calendar_frac=0.2, seed=0)
 EVAL = dict(n_tokens=64 * 160, calendar_frac=0.3, seed=1, n_clusters=160, max_points=600)
 
 def make(model, tokenizer, config=CONFIG, ev=EVAL, name='multidim_large_sae', folder=None, progress=True):

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np, torch
 from interpkit.models import load_encoder, load_lm
 from interpkit.train import load_asset, save_asset
-from interpkit.papers.rm_contrast import (RESPONSE_ATTRIBUTES, PLANTED, RM_ASSET, DescriptionDetector, LMRewriter, demo_comparisons, demo_heldout,
-                                          detector_shifts, explain, head_features, head_reward, planted_reward, train_reward_head)
+from interpkit.papers.rm_contrast import RESPONSE_ATTRIBUTES, DescriptionDetector, LMRewriter, detector_shifts, explain, head_features, head_reward
+from interpkit.demos.rm_contrast import PLANTED, RM_ASSET, demo_comparisons, demo_heldout, planted_reward, train_reward_head
 
 CFG = dict(n_train=1500, n_fit=1200, train_seeds={'helpful': 1, 'harmless': 2}, beta=3.0, steps=500, lr=0.01, n_test=40, test_seed=100, seed=0,
            n_rewrite=8, pooling='mean')
@@ -27,7 +27,7 @@ def train(work):
         tr = demo_comparisons(CFG['n_train'], w, seed=CFG['train_seeds'][name], beta=CFG['beta'])
         f = [head_features(enc, tok, [c.prompt for c in tr], [getattr(c, s) for c in tr], pooling=CFG['pooling']) for s in ('chosen', 'rejected')]
         n = CFG['n_fit']
-        head = train_reward_head(f[0][:n], f[1][:n], steps=CFG['steps'], lr=CFG['lr'], seed=CFG['seed'])
+        head = train_reward_head(f[0][:n], f[1][:n], steps=CFG['steps'], lr=CFG['lr'], seed=CFG['seed']).model
         with torch.no_grad(): d = (head(f[0][n:]) - head(f[1][n:]))[:, 0].double().numpy()
         assert tr[n:] == demo_heldout(name, CFG)
         truth = np.sign(planted_reward([c.chosen for c in tr[n:]], w) - planted_reward([c.rejected for c in tr[n:]], w))
@@ -40,7 +40,7 @@ def train(work):
 def explain_stage(work):
     enc, tok = load_encoder()
     heads, meta = torch.load(work/'heads.pt', weights_only=True), json.loads((work/'heads.json').read_text())
-    det = DescriptionDetector(encoder=enc, tokenizer=tok)
+    det = DescriptionDetector(embedder=enc, tokenizer=tok)
     out = {}
     for name, w in PLANTED.items():
         t0 = time.time()

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/demos/03_graphnorm.ipynb #7a31f6c8
 from __future__ import annotations
-import math, warnings
+import math
 import numpy as np, pandas as pd, torch
 import torch.nn.functional as F
 from torch import nn
@@ -124,6 +124,8 @@ def train_gcn(data:Data, # One graph with x, edge_index, y (any device: the mode
               progress:bool=False # Show a progress bar
              ) -> TrainedGCN:
     "Train a float32 `DeepGCN` on a random half of the nodes (full batch, AdamW + cosine); accuracy on both halves."
+    if getattr(data, 'y', None) is None: raise ConfigError("train_gcn got a graph without labels y.", "A PyG Data with x, edge_index and y (n,) class labels.", "Set data.y.")
+    if len(torch.unique(data.y)) < 2: raise ConfigError("The graph's labels hold one class.", "At least two classes to train a classifier on.", "Pass a node classification graph.")
     n = data.num_nodes
     model = DeepGCN(data.num_features, hidden, int(data.y.max()) + 1, depth, norm, rank=rank, seed=seed).to(data.x.device)
     x, ei, y = to_model(model, (data.x, data.edge_index, data.y))

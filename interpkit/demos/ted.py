@@ -6,7 +6,7 @@
 from __future__ import annotations
 import pandas as pd
 from ..errors import NotFiniteError, check_int
-from ..results import result
+from ..results import FieldsByName, result
 from ..train import load_asset
 from ..papers.ted import N_KEEP, EditOutputs, OperationalEmbeddings, embedding_judge, thesaurus, verify
 
@@ -49,14 +49,13 @@ def load_ted_demo() -> TedDemo:
 
 # %% ../../nbs/demos/08_ted.ipynb #03794c3c
 @result
-class PairReport:
+class PairReport(FieldsByName):
     "One pair on one held-out query: its cosine, the control edit and the edit for `w_edit`, and the judge's verdict."
     cosine: float   # cos(e_op(w_eval), e_op(w_edit))
     query: str      # The held-out question
     control: str    # The control edit of the answer
     edited: str     # The edit for `w_edit`
     verdict: str|None # Which edit the judge finds more `w_eval`; None without a verdict
-    def __getitem__(self, name:str): return getattr(self, name)   # r['verdict'], as the dict it replaces
 
 def pair_report(demo:TedDemo, # From `load_ted_demo`
                 w_eval:str, # The property looked for

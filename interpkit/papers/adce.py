@@ -11,7 +11,7 @@ import numpy as np, pandas as pd, torch
 import matplotlib.pyplot as plt
 from ..errors import ConfigError, InterpkitError, ShapeError, check_choice, check_int, moved, renamed
 from ..models import check_batch_size, generate_greedy, model_device, model_dtype, resolve_lm
-from ..results import result
+from ..results import FieldsByName, result
 from ..train import as_random, seeded
 from ..viz import styled
 
@@ -215,14 +215,13 @@ class NoCorrectAnswers(InterpkitError, ValueError):
     "The model answered no question right, so there is nothing to intervene on."
 
 @result
-class EffectSizes:
+class EffectSizes(FieldsByName):
     "ADCE, AICE, sufficiency and necessity over matched pairs, with the standard error of ADCE."
     adce: float        # P(output changes | deep change) − P(output changes | surface change)
     aice: float        # P(output changes | surface change)
     sufficiency: float # P(output changes | deep change)
     necessity: float   # P(output stays | surface change)
     adce_se: float     # Standard error of ADCE over questions (NaN with one question)
-    def __getitem__(self, name:str): return getattr(self, name)   # e['adce'], as the dict it replaces
 
 def effect_sizes(deep_changed, # 1 where the output changed under the deep change of pair (question i, draw j); (items, draws) or flat with `items`
                  surface_changed, # Same for the matched surface changes

@@ -4,43 +4,56 @@
 
 # %% ../../nbs/papers/01_dual_process.ipynb #bcd3d052
 from __future__ import annotations
-import functools, math
+import functools, math, warnings
 from dataclasses import dataclass, field
-import numpy as np, pandas as pd, torch
+import pandas as pd, torch
 import torch.nn.functional as F
 from torch import nn
-from ..errors import ConfigError, ShapeError, check_choice
+from ..errors import ConfigError, ShapeError, check_choice, check_fraction, check_int, moved, renamed
 from ..models import check_batch_size, evaluating, logits_at, logits_of, model_device
-from ..train import FitResult, fit, load_asset
+from ..results import result
+from ..train import FitResult, Trained, fit, seeded
 from ..viz import line_plot
 
 # %% auto #0
-__all__ = ['SPLITS', 'METRICS', 'MOMENT_RESETS', 'FORGETTING', 'RUNS_ASSET', 'SHIPPED_RUNS', 'SHIPPED_WEIGHTS', 'SHIPPED_EVAL',
-           'CURVE_METRICS', 'zipf_pmf', 'POSTask', 'context_completion', 'memorised_completion', 'pos_bert',
-           'masked_logits', 'masked_loss', 'predictions', 'hard_accuracy', 'evaluation_sets', 'evaluate', 'reset_state',
-           'Forgetting', 'DualProcessRecipe', 'train_dual_process', 'curves', 'recipe_of', 'load_run', 'shipped_curves',
-           'run_summary', 'plot_curves']
+__all__ = ['SPLITS', 'METRICS', 'MOMENT_RESETS', 'FORGETTING', 'CURVE_METRICS', 'zipf_pmf', 'POSTask', 'context_completion',
+           'memorised_completion', 'pos_bert', 'masked_logits', 'masked_loss', 'predictions', 'hard_accuracy',
+           'EvaluationSets', 'evaluation_sets', 'Evaluation', 'evaluate', 'reset_state', 'Forgetting',
+           'DualProcessRecipe', 'train_dual_process', 'curves', 'run_summary', 'plot_curves']
+
+# %% ../../nbs/papers/01_dual_process.ipynb #833aca56
+_DEMO = ('RUNS_ASSET', 'SHIPPED_RUNS', 'SHIPPED_WEIGHTS', 'SHIPPED_EVAL', 'recipe_of', 'load_run', 'shipped_curves')
+__getattr__ = moved(__name__, **{n: f'interpkit.demos.dual_process.{n}' for n in _DEMO})   # the shipped runs moved to interpkit.demos.dual_process
 
 # %% ../../nbs/papers/01_dual_process.ipynb #725b3631
-def _check_int(name:str, v, least:int, todo:str) -> int:
-    "`v` as an int if it is an integer >= `least`, else a `ConfigError`."
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
-        raise ConfigError(f"{name}={v!r}.", f"An integer >= {least} is needed.", todo)
-    return int(v)
-
 def zipf_pmf(n:int, # Number of ranks
              a:float # Exponent; 0 gives the uniform distribution
             ) -> torch.Tensor: # (n,) float64; entry r-1 is the probability of rank r
     "The truncated Zipf distribution over ranks 1..n, proportional to r**-a."
-    _check_int('n', n, 1, "Pass the number of tokens to draw from.")
+    check_int('n', n, 1, todo="Pass the number of tokens to draw from.")
     if isinstance(a, bool) or not (isinstance(a, (int, float)) and math.isfinite(a) and a >= 0):
         raise ConfigError(f"a={a!r}.", "The Zipf exponent is a finite number >= 0 (0: uniform; the paper uses 0, 1.0001, 1.2 and 1.5).", "Pass e.g. a=1.5.")
     w = torch.arange(1, n + 1, dtype=torch.float64) ** -float(a)
     return w / w.sum()
 
-# %% ../../nbs/papers/01_dual_process.ipynb #ad499833
+# %% ../../nbs/papers/01_dual_process.ipynb #7097fcd8
 SPLITS = ('train', 'switch', 'tail', 'tail_switch', 'head', 'head_switch', 'holdout')
 
+def _check_task(t) -> None:
+    "Raise a `ConfigError` if a `POSTask`'s settings are not valid."
+    v = check_int('vocab', t.vocab, 2, todo="Pass an even number of part-of-speech tokens, e.g. vocab=1000.")
+    if v % 2: raise ConfigError(f"vocab={v} is odd.", "Half the tokens are nouns, half adjectives: vocab must be even.", f"Use vocab={v + 1}.")
+    zipf_pmf(1, t.a)
+    check_fraction('ambiguity', t.ambiguity, todo="Pass e.g. ambiguity=0.1 (the paper's epsilon).")
+    if t.n_unseen is not None: check_int('n_unseen', t.n_unseen, 2, todo="Holdout sequences need two distinct unseen tokens: n_unseen >= 2.")
+    elif v // 10 < 2: raise ConfigError(f"vocab={v} gives v/10 = {v // 10} unseen tokens.", "At least 2 are needed.", "Pass n_unseen=2 or more, or a larger vocab.")
+    check_int('bins', t.bins, 1, todo="Pass e.g. bins=5.")
+    if t.bins > v // 2: raise ConfigError(f"bins={t.bins} for {v // 2} tokens per part of speech.", "Each bin needs at least one token.", f"Use bins <= {v // 2}.")
+    check_int('head', t.head, 1, todo="Pass e.g. head=20.")
+    check_fraction('tail', t.tail, zero=False, todo="Pass e.g. tail=0.1.")
+    check_int('seed', t.seed, 0, todo="Pass a non-negative int.")
+
+# %% ../../nbs/papers/01_dual_process.ipynb #6aa653c6
 @dataclass(frozen=True)
 class POSTask:
     "The synthetic part-of-speech task: nouns and adjectives with Zipfian frequencies, 7-token templates whose last 3 tokens are masked, and tokens never seen in training."
@@ -53,19 +66,7 @@ class POSTask:
     tail:float=0.1 # Share of each list in the 'tail' splits (the least frequent)
     seed:int=0 # Which tokens are ambiguous
 
-    def __post_init__(self):
-        v = _check_int('vocab', self.vocab, 2, "Pass an even number of part-of-speech tokens, e.g. vocab=1000.")
-        if v % 2: raise ConfigError(f"vocab={v} is odd.", "Half the tokens are nouns, half adjectives: vocab must be even.", f"Use vocab={v + 1}.")
-        zipf_pmf(1, self.a)
-        if isinstance(self.ambiguity, bool) or not (isinstance(self.ambiguity, (int, float)) and 0 <= self.ambiguity <= 1):
-            raise ConfigError(f"ambiguity={self.ambiguity!r}.", "A share in [0, 1] (the paper's epsilon is 0.1).", "Pass e.g. ambiguity=0.1.")
-        if self.n_unseen is not None: _check_int('n_unseen', self.n_unseen, 2, "Holdout sequences need two distinct unseen tokens: n_unseen >= 2.")
-        elif v // 10 < 2: raise ConfigError(f"vocab={v} gives v/10 = {v // 10} unseen tokens.", "At least 2 are needed.", "Pass n_unseen=2 or more, or a larger vocab.")
-        _check_int('bins', self.bins, 1, "Pass e.g. bins=5.")
-        if self.bins > v // 2: raise ConfigError(f"bins={self.bins} for {v // 2} tokens per part of speech.", "Each bin needs at least one token.", f"Use bins <= {v // 2}.")
-        _check_int('head', self.head, 1, "Pass e.g. head=20.")
-        if isinstance(self.tail, bool) or not (isinstance(self.tail, (int, float)) and 0 < self.tail <= 1): raise ConfigError(f"tail={self.tail!r}.", "A share in (0, 1].", "Pass e.g. tail=0.1.")
-        _check_int('seed', self.seed, 0, "Pass a non-negative int.")
+    def __post_init__(self): _check_task(self)
 
     @property
     def nouns(self) -> torch.Tensor: return torch.arange(self.vocab // 2)
@@ -101,19 +102,7 @@ class POSTask:
                seed=0 # An int, or a `torch.Generator` to draw from (as `fit` gives batch makers)
               ) -> dict: # input_ids (n, 7) with the last 3 masked; labels (n, 7), -100 on the first 4
         "n sequences of `split`: `cop A N` or `N cop A`, the query, and 3 masked tokens whose labels follow the template."
-        check_choice('split', split, SPLITS)
-        n = _check_int('n', n, 1, "Ask for at least one sequence.")
-        g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(_check_int('seed', seed, 0, "Pass a non-negative int or a torch.Generator."))
-        a_slot, n_slot = _slots(self, n, split, g)
-        cop_first, adj_query = torch.rand(n, generator=g) < 0.5, torch.rand(n, generator=g) < 0.5
-        cop = torch.full((n,), self.cop)
-        prefix = torch.where(cop_first[:, None], torch.stack([cop, a_slot, n_slot], 1), torch.stack([n_slot, cop, a_slot], 1))
-        suffix = torch.where(adj_query[:, None], torch.stack([a_slot] * 4, 1), torch.stack([n_slot, a_slot, n_slot, n_slot], 1))
-        labels = torch.cat([prefix, suffix], 1)
-        ids = labels.clone()
-        ids[:, 4:] = self.mask
-        labels[:, :4] = -100
-        return dict(input_ids=ids, labels=labels)
+        return _sample(self, n, split, seed)
 
 # %% ../../nbs/papers/01_dual_process.ipynb #c18f299a
 @functools.lru_cache(maxsize=64)
@@ -143,6 +132,23 @@ def _slots(task:POSTask, n:int, split:str, g:torch.Generator) -> tuple[torch.Ten
         n_slot = torch.where(swap, _draw(task, amb_a, n, g, 'zipf'), n_slot)
     return a_slot, n_slot
 
+# %% ../../nbs/papers/01_dual_process.ipynb #097397dc
+def _sample(task:POSTask, n:int, split:str, seed) -> dict:
+    "`task.sample(n, split, seed)`: the template, the query and the labels around the slots `_slots` fills."
+    check_choice('split', split, SPLITS)
+    n = check_int('n', n, 1, todo="Ask for at least one sequence.")
+    g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(check_int('seed', seed, 0, todo="Pass a non-negative int or a torch.Generator."))
+    a_slot, n_slot = _slots(task, n, split, g)
+    cop_first, adj_query = torch.rand(n, generator=g) < 0.5, torch.rand(n, generator=g) < 0.5
+    cop = torch.full((n,), task.cop)
+    prefix = torch.where(cop_first[:, None], torch.stack([cop, a_slot, n_slot], 1), torch.stack([n_slot, cop, a_slot], 1))
+    suffix = torch.where(adj_query[:, None], torch.stack([a_slot] * 4, 1), torch.stack([n_slot, a_slot, n_slot, n_slot], 1))
+    labels = torch.cat([prefix, suffix], 1)
+    ids = labels.clone()
+    ids[:, 4:] = task.mask
+    labels[:, :4] = -100
+    return dict(input_ids=ids, labels=labels)
+
 # %% ../../nbs/papers/01_dual_process.ipynb #08fe7ca7
 def _roles(task:POSTask, input_ids) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "(adjective-slot token, noun-slot token, query) of each sequence, read from the template."
@@ -171,29 +177,30 @@ def memorised_completion(task:POSTask, # The task
     return _completion(torch.where(flip, n_slot, a_slot), torch.where(flip, a_slot, n_slot), q)
 
 # %% ../../nbs/papers/01_dual_process.ipynb #d613315d
+@renamed(layers='n_layers', heads='n_heads')
 def pos_bert(task:POSTask, # The task: sets the vocabulary size and the padding id
              hidden:int=64, # Width
-             layers:int=6, # Transformer blocks
-             heads:int=1, # Attention heads
+             n_layers:int=6, # Transformer blocks
+             n_heads:int=1, # Attention heads
              intermediate:int=128, # MLP width
              seed:int=0 # Seeds the initialisation
             ):
     "The paper's masked LM, a `transformers` `BertForMaskedLM` sized for `task`, in eval mode."
     from transformers import BertConfig, BertForMaskedLM
-    cfg = BertConfig(vocab_size=task.n_tokens, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+    cfg = BertConfig(vocab_size=task.n_tokens, hidden_size=hidden, num_hidden_layers=n_layers, num_attention_heads=n_heads,
                      intermediate_size=intermediate, max_position_embeddings=16, pad_token_id=task.pad)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return BertForMaskedLM(cfg).eval()
+    with seeded(seed): return BertForMaskedLM(cfg).eval()
 
+@renamed(k='n')
 def masked_logits(model, # A `transformers` masked or causal LM, or any module mapping ids (batch, pos) to logits (batch, pos, vocab)
                   input_ids, # (batch, pos) token ids
-                  k:int=3 # How many final positions to score
-                 ) -> torch.Tensor: # (batch, k, vocab)
-    "The logits at the last `k` positions; a `transformers` model's vocabulary projection runs at those positions alone (the core's `logits_at`)."
+                  n:int=3 # How many final positions to score, from 1 to pos
+                 ) -> torch.Tensor: # (batch, n, vocab)
+    "The logits at the last `n` positions; a `transformers` model's vocabulary projection runs at those positions alone (the core's `logits_at`)."
     ids = torch.as_tensor(input_ids).to(model_device(model))
-    if not callable(getattr(model, 'get_output_embeddings', None)): return logits_of(model(ids))[:, -k:]   # a plain module, called with the ids
-    return logits_at(model, dict(input_ids=ids), k)
+    n = check_int('n', n, 1, ids.shape[-1] if ids.dim() else None, todo="Pass how many final positions to score (the task's masked tokens: n=3).")
+    if not callable(getattr(model, 'get_output_embeddings', None)): return logits_of(model(ids))[:, -n:]   # a plain module, called with the ids
+    return logits_at(model, dict(input_ids=ids), n)
 
 def masked_loss(model, # The model being trained
                 batch:dict # input_ids and labels, as `POSTask.sample` makes them
@@ -202,7 +209,7 @@ def masked_loss(model, # The model being trained
     lg = masked_logits(model, batch['input_ids'], 3)
     return F.cross_entropy(lg.flatten(0, 1).float(), batch['labels'][:, -3:].flatten().to(lg.device))
 
-# %% ../../nbs/papers/01_dual_process.ipynb #174a769c
+# %% ../../nbs/papers/01_dual_process.ipynb #f0e991cb
 def predictions(model, # A model of the task
                 input_ids, # (n, 7) sequences of the task
                 batch_size:int=500 # Sequences per forward pass
@@ -220,32 +227,62 @@ def hard_accuracy(pred:torch.Tensor, # (n, 3) predicted tokens
         raise ShapeError(f"pred {tuple(pred.shape)} and target {tuple(target.shape)}.", "Two (n, 3) tensors, n >= 1.", "Pass predictions and labels of the masked positions.")
     return (pred == target.to(pred.device)).all(1).float().mean().item()
 
+# %% ../../nbs/papers/01_dual_process.ipynb #1379321d
+@result(frozen=True)
+class EvaluationSets:
+    "Fixed draws of every split of `SPLITS`, each a batch as `POSTask.sample` makes it; `sets['switch']` reads one."
+    train:dict # The training distribution (reported as 'val')
+    switch:dict # Nouns in the adjective slot and adjectives in the noun slot
+    tail:dict # The rarest `task.tail` share of each list
+    tail_switch:dict # The same, switched
+    head:dict # The `task.head` most frequent tokens of each list
+    head_switch:dict # The same, switched
+    holdout:dict # Two unseen tokens in the slots
+    def __getitem__(self, split:str) -> dict: return getattr(self, check_choice('split', split, SPLITS))
+
 @functools.lru_cache(maxsize=16)
 def evaluation_sets(task:POSTask, # The task
                     n:int=1000, # Sequences per split
                     seed:int=1 # Seeds the draws (each split its own stream)
-                   ) -> dict: # {split: batch}
+                   ) -> EvaluationSets:
     "Fixed draws of every split: the same for every model evaluated with these arguments."
-    return {s: task.sample(n, s, seed + 1000 * i) for i, s in enumerate(SPLITS)}
+    return EvaluationSets(**{s: task.sample(n, s, seed + 1000 * i) for i, s in enumerate(SPLITS)})
 
+# %% ../../nbs/papers/01_dual_process.ipynb #0cc47fce
 _IWL = {'switch': 'iwl', 'tail_switch': 'iwl_tail', 'head_switch': 'iwl_head'}
 METRICS = ('val', 'switch', 'tail', 'tail_switch', 'head', 'head_switch', 'holdout', 'iwl', 'iwl_tail', 'iwl_head')
+
+@result
+class Evaluation:
+    "What `evaluate` measures, each a share of sequences; `e['holdout']` reads one, `e.row()` gives all of them in the order of `METRICS`."
+    val:float # Hard accuracy on the training distribution
+    switch:float # ... on switched sequences: conditional ICL
+    tail:float # ... on the rarest tokens
+    tail_switch:float # ... on the rarest tokens, switched
+    head:float # ... on the most frequent tokens
+    head_switch:float # ... on the most frequent tokens, switched
+    holdout:float # ... on unseen tokens: structural ICL
+    iwl:float # Agreement with `memorised_completion` on switched sequences: in-weights learning
+    iwl_tail:float # ... of the rarest tokens
+    iwl_head:float # ... of the most frequent tokens
+    def __getitem__(self, metric:str) -> float: return getattr(self, check_choice('metric', metric, METRICS))
+    def row(self) -> dict: return {k: getattr(self, k) for k in METRICS}
 
 def evaluate(model, # A model of the task (its vocabulary covers `task.n_tokens`)
              task:POSTask, # The task
              n:int=1000, # Sequences per split
              batch_size:int=500, # Sequences per forward pass
              seed:int=1 # Seeds the evaluation sets
-            ) -> dict: # {metric: share}, the keys of `METRICS`
+            ) -> Evaluation:
     "Hard accuracy on each split ('val': the training distribution; 'holdout': structural ICL), and IWL, the agreement with the memorised completion on the switched splits."
-    out = {}
-    for split, b in evaluation_sets(task, n, seed).items():
-        pred = predictions(model, b['input_ids'], batch_size)
-        out['val' if split == 'train' else split] = hard_accuracy(pred, b['labels'][:, -3:])
-        if split in _IWL: out[_IWL[split]] = hard_accuracy(pred, memorised_completion(task, b['input_ids']))
-    return {k: out[k] for k in METRICS}
+    out, sets = {}, evaluation_sets(task, n, seed)
+    for split in SPLITS:
+        pred = predictions(model, sets[split]['input_ids'], batch_size)
+        out['val' if split == 'train' else split] = hard_accuracy(pred, sets[split]['labels'][:, -3:])
+        if split in _IWL: out[_IWL[split]] = hard_accuracy(pred, memorised_completion(task, sets[split]['input_ids']))
+    return Evaluation(**out)
 
-# %% ../../nbs/papers/01_dual_process.ipynb #c5f3a6e9
+# %% ../../nbs/papers/01_dual_process.ipynb #5febd49c
 MOMENT_RESETS = ('official', 'embeddings', 'all', 'none')
 
 def reset_state(optimizer:torch.optim.Optimizer, # Any torch optimizer
@@ -262,6 +299,7 @@ def reset_state(optimizer:torch.optim.Optimizer, # Any torch optimizer
             elif isinstance(v, (int, float)) and not isinstance(v, bool): st[k] = type(v)(0)
     return n
 
+# %% ../../nbs/papers/01_dual_process.ipynb #6beffd90
 @dataclass
 class Forgetting:
     "A `fit` callback: re-initialise the input embeddings of any `transformers` model every `every` steps (active forgetting), or only before step `until` (temporary forgetting), and reset optimizer moments."
@@ -272,8 +310,8 @@ class Forgetting:
     resets:list=field(default_factory=list) # The step counts (from 1) after which a reset happened
 
     def __post_init__(self):
-        _check_int('every', self.every, 1, "K is the number of steps between resets: e.g. every=1000 (active) or every=10 (temporary).")
-        if self.until is not None: _check_int('until', self.until, 0, "N is the step after which forgetting stops, e.g. until=2000; None never stops.")
+        check_int('every', self.every, 1, todo="K is the number of steps between resets: e.g. every=1000 (active) or every=10 (temporary).")
+        if self.until is not None: check_int('until', self.until, 0, todo="N is the step after which forgetting stops, e.g. until=2000; None never stops.")
         check_choice('moments', self.moments, MOMENT_RESETS)
         if self.init is not None and not callable(self.init): raise ConfigError(f"init={type(self.init).__name__}.", "None, or a function init(embedding_module) that re-initialises it in place.", "Pass a function.")
 
@@ -296,7 +334,7 @@ class Forgetting:
         if how != 'none': reset_state(optimizer, emb.parameters() if how == 'embeddings' else (p for g in optimizer.param_groups for p in g['params']))
         self.resets.append(done)
 
-# %% ../../nbs/papers/01_dual_process.ipynb #f370d534
+# %% ../../nbs/papers/01_dual_process.ipynb #a8437679
 FORGETTING = ('vanilla', 'active', 'temporary')
 
 @dataclass(frozen=True)
@@ -311,8 +349,8 @@ class DualProcessRecipe:
     batch_size:int=128 # Sequences per step
     weight_decay:float=0.01 # AdamW's decoupled weight decay
     hidden:int=64 # BERT's width
-    layers:int=6 # BERT's blocks
-    heads:int=1 # BERT's attention heads
+    n_layers:int=6 # BERT's blocks
+    n_heads:int=1 # BERT's attention heads
     intermediate:int=128 # BERT's MLP width
 
     def __post_init__(self):
@@ -327,10 +365,25 @@ class DualProcessRecipe:
 
     def build(self, seed:int=0):
         "A fresh model of this recipe's size."
-        return pos_bert(self.task, self.hidden, self.layers, self.heads, self.intermediate, seed)
+        return pos_bert(self.task, self.hidden, self.n_layers, self.n_heads, self.intermediate, seed)
 
-def train_dual_process(recipe:DualProcessRecipe=DualProcessRecipe(), # What to train
-                       model=None, # A model of your own (any `transformers` masked or causal LM with at least `recipe.task.n_tokens` tokens), trained in place; None: `recipe.build(seed)`
+DualProcessRecipe.__init__ = renamed(layers='n_layers', heads='n_heads')(DualProcessRecipe.__init__)   # the old field names still work, with a FutureWarning
+
+# %% ../../nbs/papers/01_dual_process.ipynb #d1080060
+def _recipe_first(train):
+    "Let `train_dual_process` be called as before, `(recipe, model=None, ...)`, with a `FutureWarning`: the model now comes first."
+    @functools.wraps(train)
+    def wrapper(*args, **kwargs):
+        if args and type(args[0]).__name__ == 'DualProcessRecipe':
+            warnings.warn("train_dual_process(recipe, model) is now train_dual_process(model, recipe): the model comes first (None: built from the recipe); "
+                          "the old order goes in the next release.", FutureWarning, stacklevel=2)
+            args = (args[1] if len(args) > 1 else kwargs.pop('model', None), args[0], *args[2:])
+        return train(*args, **kwargs)
+    return wrapper
+
+@_recipe_first
+def train_dual_process(model=None, # A model of your own (any `transformers` masked or causal LM with at least `recipe.task.n_tokens` tokens), trained in place; None: `recipe.build(seed)`
+                       recipe:DualProcessRecipe=DualProcessRecipe(), # What to train
                        steps:int|None=None, # Optimizer steps; None: the recipe's
                        batch_size:int|None=None, # Sequences per step; None: the recipe's
                        lr:float|None=None, # Learning rate; None: the recipe's
@@ -339,7 +392,7 @@ def train_dual_process(recipe:DualProcessRecipe=DualProcessRecipe(), # What to t
                        eval_n:int=1000, # Sequences per split in each evaluation
                        progress:bool=True, # Show a progress bar
                        device=None # Where to put a model built here; None: the CPU
-                      ) -> tuple: # `(model, None, FitResult)`; `curves(result)` gives the logged metrics
+                      ) -> Trained: # `(model, None, fit)`: `curves(trained.fit)` gives the logged metrics
     "Train a masked LM on the task with the recipe's forgetting, logging `evaluate` every `eval_every` steps."
     pick = lambda given, default: default if given is None else given
     task, steps, batch_size, lr = recipe.task, pick(steps, recipe.steps), check_batch_size(pick(batch_size, recipe.batch_size)), pick(lr, recipe.lr)
@@ -348,58 +401,21 @@ def train_dual_process(recipe:DualProcessRecipe=DualProcessRecipe(), # What to t
     if vocab is not None and vocab < task.n_tokens:
         raise ShapeError(f"The model has {vocab} tokens.", f"The task uses ids up to {task.n_tokens - 1}.", f"Build it with at least {task.n_tokens} tokens (e.g. `pos_bert(task)`).")
     res = fit(model, lambda step, g: task.sample(batch_size, 'train', g), masked_loss, steps, lr=lr, weight_decay=recipe.weight_decay, seed=seed,
-              eval_fn=lambda m: evaluate(m, task, eval_n), eval_every=eval_every, progress=progress, schedule='constant', callback=recipe.callback())
-    return model, None, res
+              eval_fn=lambda m: evaluate(m, task, eval_n).row(), eval_every=eval_every, progress=progress, schedule='constant', callback=recipe.callback())
+    return Trained(model, None, res)
 
-def curves(result:FitResult # What `train_dual_process` returned
+def curves(result:FitResult # The `fit` of what `train_dual_process` returned
           ) -> pd.DataFrame: # One row per evaluation, indexed by the number of steps done; columns `METRICS`
     "The metrics logged during training."
     ev = result.evals
     return ev.assign(step=ev['step'] + 1).set_index('step').rename(columns=lambda c: c[len('eval_'):])
-
-# %% ../../nbs/papers/01_dual_process.ipynb #b86da369
-RUNS_ASSET = 'dual_process_runs'
-
-def _run(forgetting='vanilla', steps=62_500, a=1.5, vocab=1000, **kw) -> DualProcessRecipe:
-    return DualProcessRecipe(POSTask(vocab=vocab, a=a), forgetting, steps=steps, **kw)
-
-SHIPPED_RUNS = {   # trained by tools/make_dual_process_assets.py
-    'vanilla': _run(), 'active': _run('active', every=1000), 'temporary': _run('temporary', every=10, until=2000),
-    **{f'{f} a={a}': _run(f, 10_000, a, **({'every': 1000} if f == 'active' else {})) for a in (0.0, 1.2) for f in ('vanilla', 'active')},
-    **{f'temporary N={n}': _run('temporary', 10_000, every=10, until=n) for n in (1000, 4000)},
-    'vanilla v=10000': _run(steps=15_000, vocab=10_000)}
-SHIPPED_WEIGHTS = ('vanilla', 'active', 'temporary')
-SHIPPED_EVAL = dict(eval_every=250, eval_n=1000)
-
-def recipe_of(meta:dict, # The asset's metadata (`load_run`'s third value)
-              run:str # A key of its runs
-             ) -> DualProcessRecipe:
-    "The recipe a shipped run was trained with, as its metadata records it."
-    if run not in meta['runs']: raise ConfigError(f"run={run!r}.", f"The shipped runs: {sorted(meta['runs'])}.", "Pick one of them.")
-    d = dict(meta['runs'][run]['recipe'])
-    return DualProcessRecipe(**{**d, 'task': POSTask(**d['task'])})
-
-def load_run(run:str='temporary', # One of `SHIPPED_WEIGHTS`
-             name:str=RUNS_ASSET # The asset written by `tools/make_dual_process_assets.py`
-            ) -> tuple: # `(model, None, meta)`: the final model in eval mode on the CPU, float32
-    "The final weights of one of the shipped main runs."
-    check_choice('run', run, SHIPPED_WEIGHTS)
-    tensors, meta = load_asset(name)
-    model = recipe_of(meta, run).build()
-    model.load_state_dict({k[len(run) + 1:]: v.float() for k, v in tensors.items() if k.startswith(run + '.')})
-    return model.eval(), None, meta
-
-def shipped_curves(meta:dict # The asset's metadata
-                  ) -> dict: # {run: DataFrame like `curves`'}
-    "The metrics the tool logged during every shipped run."
-    return {k: pd.DataFrame(v['curves']).set_index('step') for k, v in meta['runs'].items()}
 
 # %% ../../nbs/papers/01_dual_process.ipynb #d3a83f84
 def run_summary(curves:pd.DataFrame, # Logged metrics, as `curves` gives them
                 last:int=8 # How many final evaluations to average
                ) -> pd.Series: # peak_holdout, peak_step, then each metric at the end
     "The peak of structural ICL (holdout accuracy), the step it was reached, and every metric averaged over the last `last` evaluations."
-    _check_int('last', last, 1, "Average over at least one evaluation.")
+    check_int('last', last, 1, todo="Average over at least one evaluation.")
     if not len(curves): raise ShapeError("No evaluations in curves.", "At least one row.", "Log evaluations while training (eval_every).")
     end = curves.iloc[-last:].mean()
     return pd.Series({'peak_holdout': curves['holdout'].max(), 'peak_step': int(curves['holdout'].idxmax()), **end.to_dict()})

@@ -4,67 +4,23 @@
 
 # %% ../../nbs/papers/05_g_effect.ipynb #2044c6ee
 from __future__ import annotations
-import copy, math, os, random
-from collections.abc import Mapping
+import copy, math, os, warnings
 import matplotlib.pyplot as plt, pandas as pd, torch
 import torch.nn.functional as F
 from torch import nn
-from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice
+from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_fraction, check_int, moved, renamed
 from ..hooks import layout
-from ..models import (WordTokenizer, check_batch_size, check_causal_lm, encode_queries, evaluating, iter_batches, load_lm, logits_of,
-                              model_device, tiny_lm, to_model)
-from ..results import result
-from ..train import fit, load_asset
+from ..models import check_batch, check_batch_size, check_causal_lm, evaluating, iter_batches, load_lm, logits_of, model_device, to_model
+from ..results import DictView, result
 
 # %% auto #0
-__all__ = ['FIRST_NAMES', 'LAST_NAMES', 'ATTRIBUTES', 'IDK_ANSWERS', 'OBJECTIVES', 'REGULARIZERS', 'OPTIMIZERS', 'QA_LM',
-           'AuthorQA', 'author_qa', 'answer_logprobs', 'risk_term', 'Objective', 'objective', 'forget_term',
-           'retain_term', 'param_groups', 'GEffect', 'g_effect', 'instance_g_effects', 'qa_metrics', 'step_check',
-           'Unlearning', 'unlearn', 'retain_at', 'qa_tokenizer', 'train_qa_lm', 'load_qa_lm', 'plot_g_effects']
+__all__ = ['OBJECTIVES', 'REGULARIZERS', 'OPTIMIZERS', 'answer_logprobs', 'risk_term', 'Objective', 'objective', 'forget_term',
+           'retain_term', 'ParamGroups', 'param_groups', 'GEffect', 'g_effect', 'instance_g_effects', 'qa_metrics',
+           'step_check', 'Unlearning', 'unlearn', 'retain_at', 'plot_g_effects']
 
-# %% ../../nbs/papers/05_g_effect.ipynb #baa69e9d
-FIRST_NAMES = ['Avel', 'Brisa', 'Corin', 'Dara', 'Elio', 'Fenna', 'Galen', 'Hesta', 'Ivo', 'Jora', 'Kael', 'Lira', 'Maro', 'Nessa',
-               'Orin', 'Pella', 'Quill', 'Rhea', 'Soren', 'Tamsin']
-LAST_NAMES = ['Ardent', 'Blackwood', 'Corvane', 'Dunmore', 'Eskew', 'Farrow', 'Greaves', 'Holloway', 'Ivers', 'Jessup', 'Kestrel',
-              'Lowell', 'Marrow', 'Northam', 'Orwin', 'Pryor', 'Quarry', 'Rowan', 'Stroud', 'Thorne']
-ATTRIBUTES = {  # attribute: (question template, values)
-    'birthplace': ('Where was {name} born ?', ['Lisbon', 'Oslo', 'Cairo', 'Lima', 'Seoul', 'Dublin', 'Quito', 'Hanoi', 'Accra', 'Tunis', 'Riga', 'Perth']),
-    'genre': ('What genre does {name} write ?', ['fantasy', 'mystery', 'romance', 'horror', 'satire', 'historical', 'crime', 'adventure', 'gothic', 'comic']),
-    'parent': ('What did the parent of {name} do for a living ?', ['baker', 'sailor', 'nurse', 'tailor', 'farmer', 'pilot', 'judge', 'miner', 'potter', 'teacher']),
-    'award': ('Which prize did {name} win ?', ['Amber', 'Laurel', 'Lantern', 'Compass', 'Beacon', 'Anchor', 'Falcon', 'Harbor', 'Meridian', 'Willow']),
-    'book': ('What is the title of the first book by {name} ?', ['Ashes', 'Tides', 'Embers', 'Thresholds', 'Lanterns', 'Orchards', 'Mirrors', 'Winters', 'Ravens', 'Harvests']),
-}
-IDK_ANSWERS = ['I do not know .', 'I have no idea .', 'I am not sure .', 'That is unknown to me .', 'I cannot say .']
-
-@result
-class AuthorQA:
-    "Question–answer pairs about invented authors, with a forget split of whole authors."
-    questions:list # One question per pair
-    answers:list # Its answer: the attribute's value
-    author:list # Index (into `authors`) of the author each pair is about
-    forget:list # Indices of the pairs in the forget split
-    retain:list # Indices of the other pairs
-    authors:pd.DataFrame # One row per author: name and attributes
-    def pairs(self, idx:list) -> tuple: return [self.questions[i] for i in idx], [self.answers[i] for i in idx]
-
-def author_qa(n_authors:int=40, # Number of invented authors (at most 400)
-              forget_frac:float=0.1, # Fraction of the authors whose pairs form the forget split (TOFU's forget10)
-              seed:int=0 # Seed of names, attributes and the split
-             ) -> AuthorQA:
-    "A synthetic TOFU: one question per attribute of each invented author; whole authors are forgotten."
-    if not (isinstance(n_authors, int) and 2 <= n_authors <= len(FIRST_NAMES) * len(LAST_NAMES)):
-        raise ConfigError(f"n_authors={n_authors!r}.", f"An integer in 2..{len(FIRST_NAMES) * len(LAST_NAMES)}.", "Use e.g. n_authors=40.")
-    if not 0 < forget_frac < 1: raise ConfigError(f"forget_frac={forget_frac!r}.", "A fraction in (0, 1).", "Use e.g. forget_frac=0.1.")
-    rng = random.Random(seed)
-    names = rng.sample([f'{a} {b}' for a in FIRST_NAMES for b in LAST_NAMES], n_authors)
-    rows = [dict(name=n, **{k: rng.choice(vals) for k, (_, vals) in ATTRIBUTES.items()}) for n in names]
-    gone = set(rng.sample(range(n_authors), min(n_authors - 1, max(1, round(forget_frac * n_authors)))))
-    qs, ans, who, forget, retain = [], [], [], [], []
-    for a, r in enumerate(rows):
-        for k, (q, _) in ATTRIBUTES.items():
-            (forget if a in gone else retain).append(len(qs))
-            qs.append(q.format(name=r['name'])); ans.append(r[k]); who.append(a)
-    return AuthorQA(qs, ans, who, forget, retain, pd.DataFrame(rows))
+# %% ../../nbs/papers/05_g_effect.ipynb #d893d7f4
+_DEMO = ('FIRST_NAMES', 'LAST_NAMES', 'ATTRIBUTES', 'IDK_ANSWERS', 'AuthorQA', 'author_qa', 'QA_LM', 'qa_tokenizer', 'train_qa_lm', 'load_qa_lm')
+__getattr__ = moved(__name__, **{n: f'interpkit.demos.g_effect.{n}' for n in _DEMO})   # the demo's data, tokenizer and model moved to interpkit.demos.g_effect
 
 # %% ../../nbs/papers/05_g_effect.ipynb #90196f02
 def _labelled(batch:dict) -> tuple:
@@ -100,7 +56,7 @@ def risk_term(model, # A causal LM
     lp, m, _ = answer_logprobs(model, batch)
     return -lp[m].sum(), int(m.sum())
 
-# %% ../../nbs/papers/05_g_effect.ipynb #179815e3
+# %% ../../nbs/papers/05_g_effect.ipynb #25686a4b
 OBJECTIVES = {'ga': {}, 'npo': dict(beta=0.5), 'tnpo': dict(beta=4.0), 'wtnpo': dict(beta=4.0, alpha=1.5), 'wga': dict(beta=5.0),
               'rmu': dict(c=2.0), 'idk': {}}  # name: default hyper-parameters (the official code's)
 REGULARIZERS = ('gd', 'kl')
@@ -121,6 +77,7 @@ class Objective:
     @property
     def needs_ref(self) -> bool: return self.name in ('npo', 'tnpo', 'wtnpo') or self.regularizer == 'kl'
 
+# %% ../../nbs/papers/05_g_effect.ipynb #179815e3
 def objective(name:str|Objective='ga', # A key of `OBJECTIVES`, or an `Objective` (returned as it is)
               beta:float|None=None, # NPO/TNPO/WTNPO/WGA; None: the default
               alpha:float|None=None, # WTNPO; None: the default
@@ -146,7 +103,7 @@ def objective(name:str|Objective='ga', # A key of `OBJECTIVES`, or an `Objective
 
 def _resolve(o) -> Objective: return objective(o)
 
-# %% ../../nbs/papers/05_g_effect.ipynb #8d49ed7b
+# %% ../../nbs/papers/05_g_effect.ipynb #0d8c25d0
 def _ref_logprobs(ref, batch:dict) -> torch.Tensor:
     with torch.no_grad(), evaluating(ref): return answer_logprobs(ref, batch)[0]
 
@@ -160,12 +117,23 @@ def _rmu_layer(obj:Objective, model) -> int:
     if not -n - 1 <= layer <= n: raise ConfigError(f"layer={layer} for RMU.", f"An index into hidden_states: -{n + 1}..{n} (0 = the embeddings).", f"Use e.g. layer={n // 2}.")
     return layer
 
-def forget_term(obj:Objective, # From `objective`
-                model, # The model being unlearned
+def _model_first(model, objective, what:str) -> tuple:
+    "(model, the resolved objective); a call in the old order (objective, model, ...) is swapped, with a FutureWarning."
+    if isinstance(model, Objective):   # never a model: the old order, whose first argument had to be an `Objective`
+        warnings.warn(f"{what}(objective, model, batch, ref) is now {what}(model, objective, batch, ref): the model comes first; the old order goes in the next release.",
+                      FutureWarning, stacklevel=4)
+        model, objective = objective, model
+    return model, _resolve(objective)
+
+# %% ../../nbs/papers/05_g_effect.ipynb #8d49ed7b
+@renamed(obj='objective')
+def forget_term(model, # The model being unlearned
+                objective, # A name in `OBJECTIVES` or an `Objective`
                 batch:dict, # Forget data (for IDK: the forget questions with IDK answers)
                 ref=None # The reference model (NPO, TNPO, WTNPO)
                ) -> tuple: # (sum over the batch, count): the objective is the sum over batches over the total count
     "The forget part of the objective on a batch."
+    model, obj = _model_first(model, objective, 'forget_term')
     if obj.name == 'rmu':   # the states that predict the answer tokens: hidden_states[l][:, :-1] where labels[:, 1:] != -100
         _, m, h = answer_logprobs(model, batch, hidden=_rmu_layer(obj, model))
         hm = _up(h[:, :-1][m.to(h.device)])
@@ -184,12 +152,15 @@ def forget_term(obj:Objective, # From `objective`
     if obj.name == 'wtnpo': w = w * lp.detach().mul(obj.alpha).exp()
     return (w * lp)[m].sum(), n
 
-def retain_term(obj:Objective, # From `objective`, with a regulariser
-                model, # The model being unlearned
+# %% ../../nbs/papers/05_g_effect.ipynb #e7d20f1e
+@renamed(obj='objective')
+def retain_term(model, # The model being unlearned
+                objective, # An `Objective` (or a name in `OBJECTIVES`) whose regulariser is 'gd' (else KL)
                 batch:dict, # Retain data
                 ref=None # The reference model (KL)
                ) -> tuple: # (sum over the batch, count)
     "The regulariser on a batch of retain data: GD's NLL of the answers, or KL(p_ref ‖ p) at every real position."
+    model, obj = _model_first(model, objective, 'retain_term')
     if obj.regularizer == 'gd': return risk_term(model, batch)
     b = _inputs(model, batch)
     mask = b.get('attention_mask', torch.ones_like(b['input_ids'])).bool()
@@ -198,13 +169,29 @@ def retain_term(obj:Objective, # From `objective`, with a regulariser
         logq = _up(logits_of(ref(**to_model(ref, b), use_cache=False))[mask.to(model_device(ref))]).log_softmax(-1).to(logp)
     return F.kl_div(logp, logq, log_target=True, reduction='sum'), int(mask.sum())
 
+# %% ../../nbs/papers/05_g_effect.ipynb #8a460768
+@result(eq=False)
+class ParamGroups(DictView):
+    "The group of every trainable parameter: a read-only mapping {parameter name: group} that compares equal to the dict it wraps."
+    groups:dict # {name of each trainable parameter: its group}
+    @property
+    def order(self) -> list: return _group_order(self.groups.values())   # the distinct groups as tables show them
+
+def _group_order(groups) -> list:
+    "Groups as the tables show them: embed, the layers in order, other modules, final norm, lm_head."
+    def key(g):
+        if g == 'embed': return (0, 0, g)
+        if g.startswith('layer'): return (1, int(g.split()[1].split('-')[0]), g)
+        return (2 if g == 'final norm' else 3 if g == 'lm_head' else 1, 10**9, g)
+    return sorted(set(groups), key=key)
+
 # %% ../../nbs/papers/05_g_effect.ipynb #cba83036
 def param_groups(model, # Any model
                  groups='layers' # 'layers', a number of layers per group, or a function parameter name -> group
-                ) -> dict: # {name of each trainable parameter: its group}
+                ) -> ParamGroups: # {name of each trainable parameter: its group}
     "The group of every trainable parameter."
     names = [n for n, p in model.named_parameters() if p.requires_grad]
-    if callable(groups): return {n: str(groups(n)) for n in names}
+    if callable(groups): return ParamGroups({n: str(groups(n)) for n in names})
     size = 1
     if isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1: size = groups
     elif groups != 'layers': raise ConfigError(f"groups={groups!r}.", "'layers', a positive number of layers per group, or a function parameter name -> group.", "Use groups='layers'.")
@@ -223,14 +210,7 @@ def param_groups(model, # Any model
         else:
             k = next((j for j, p_ in enumerate(parts[:-1]) if p_.isdigit()), None)
             res[n] = '.'.join(parts[:k + 1]) if k is not None else parts[0] if len(parts) > 1 else 'other'
-    return res
-
-def _group_order(groups) -> list:
-    def key(g):
-        if g == 'embed': return (0, 0, g)
-        if g.startswith('layer'): return (1, int(g.split()[1].split('-')[0]), g)
-        return (2 if g == 'final norm' else 3 if g == 'lm_head' else 1, 10**9, g)
-    return sorted(set(groups), key=key)
+    return ParamGroups(res)
 
 # %% ../../nbs/papers/05_g_effect.ipynb #c253281d
 def _params(model) -> list:
@@ -241,16 +221,14 @@ def _params(model) -> list:
 def _coefs(n:int, smoothing:float|None) -> list:
     "Weights of n batch gradients: the official code's moving average g <- s*g + (1-s)*g_b unrolled, or None for the exact mean."
     if smoothing is None: return None
-    if not 0 <= smoothing < 1: raise ConfigError(f"smoothing={smoothing!r}.", "None (the exact mean) or a number in [0, 1); the official code uses 0.6.", "Use smoothing=None or 0.6.")
+    check_fraction('smoothing', smoothing, one=False, todo="Use smoothing=None (the exact mean) or 0.6 (the official code's).")
     return [smoothing ** (n - 1)] + [(1 - smoothing) * smoothing ** (n - 1 - b) for b in range(1, n)]
 
 def _tokens(batch:dict) -> int: return int(_labelled(batch)[1].sum())
 
 def _check_data(name:str, data):
-    if not isinstance(data, Mapping) or 'input_ids' not in data or 'labels' not in data:
-        raise ShapeError(f"{name} is a {type(data).__name__}{' without ' + ', '.join(k for k in ('input_ids', 'labels') if k not in data) if isinstance(data, Mapping) else ''}.",
-                         "A dict with input_ids, attention_mask and labels (-100 where no loss), e.g. encode_queries(tokenizer, questions, answers).", f"Encode the {name} pairs with encode_queries.")
-    if len(data['input_ids']) == 0 or _tokens(data) == 0: raise ConfigError(f"The {name} data is empty: {len(data['input_ids'])} rows, {_tokens(data) if len(data['input_ids']) else 0} labelled tokens.", "At least one pair with answer tokens.", f"Check the {name} split.")
+    "Raise unless `data` is a batch with input_ids and labels, at least one row and one labelled token (`check_batch`)."
+    check_batch(data, name, need_labels=True, todo=f"Encode the {name} pairs with encode_queries(tokenizer, questions, answers).")
 
 def _weighted(data:dict, batch_size:int, smoothing, count) -> list:
     "(batch, weight) such that sum of weight * (batch's sum) is the mean over the data, or its moving average."
@@ -271,22 +249,24 @@ def _grads(params:list, terms:list, batch_size:int, smoothing) -> tuple:
             value += float(loss.detach())
     return acc, value
 
+# %% ../../nbs/papers/05_g_effect.ipynb #1143fa7e
 def _objective_terms(obj:Objective, model, forget:dict, retain:dict, ref, idk) -> list:
     "(data, batch -> (sum, count), batch -> count, weight) for the objective's forget part and its regulariser."
     if obj.name == 'idk':
         if idk is None: raise ConfigError("IDK needs the forget questions paired with 'I don't know' answers.", "idk=encode_queries(tokenizer, forget_questions, idk_answers).", "Pass idk=.")
         _check_data('idk', idk)
     count = (lambda b: len(b['input_ids'])) if obj.name == 'npo' else _tokens   # sequences for NPO; labelled next tokens for the others, RMU included
-    terms = [(idk if obj.name == 'idk' else forget, lambda b: forget_term(obj, model, b, ref), count, 1.0)]
-    if obj.regularizer == 'kl': terms.append((retain, lambda b: retain_term(obj, model, b, ref), lambda b: int(b.get('attention_mask', torch.ones_like(b['input_ids'])).sum()), obj.weight))
-    elif obj.regularizer == 'gd': terms.append((retain, lambda b: retain_term(obj, model, b, ref), _tokens, obj.weight))
+    terms = [(idk if obj.name == 'idk' else forget, lambda b: forget_term(model, obj, b, ref), count, 1.0)]
+    if obj.regularizer == 'kl': terms.append((retain, lambda b: retain_term(model, obj, b, ref), lambda b: int(b.get('attention_mask', torch.ones_like(b['input_ids'])).sum()), obj.weight))
+    elif obj.regularizer == 'gd': terms.append((retain, lambda b: retain_term(model, obj, b, ref), _tokens, obj.weight))
     return terms
 
-def _dots(a:list, b:list, names:list, groups:dict) -> dict:
+def _dots(a:list, b:list, names:list, groups:ParamGroups) -> dict:
     out = {}
     for x, y, n in zip(a, b, names): out[groups[n]] = out.get(groups[n], 0.0) + float((x.double() * y.double()).sum())
     return out
 
+# %% ../../nbs/papers/05_g_effect.ipynb #d8b5da5b
 @result
 class GEffect:
     "Unlearning and retention G-effects of an objective at a model's current weights, in total and per parameter group."
@@ -320,7 +300,7 @@ def g_effect(model, # A causal LM (its trainable parameters are the ones measure
         for key, data in (('unlearning', forget), ('retention', retain)):
             gR, _ = _grads(params, [(data, lambda b: risk_term(model, b), _tokens, 1.0)], batch_size, smoothing)
             cols[key] = _dots(gL, gR, names, grp); del gR
-    df = pd.DataFrame(cols).reindex(_group_order(grp.values()))
+    df = pd.DataFrame(cols).reindex(grp.order)
     df.index.name = 'group'
     return GEffect(obj.label, float(df['unlearning'].sum()), float(df['retention'].sum()), df, value)
 
@@ -357,6 +337,7 @@ def instance_g_effects(model, # A causal LM
             rows.append(dict(example=i, unlearning=dot(gL, gu), retention=dot(gL, gr), loss=value))
     return pd.DataFrame(rows).set_index('example')
 
+# %% ../../nbs/papers/05_g_effect.ipynb #0f2c1611
 @torch.no_grad()
 def qa_metrics(model, # A causal LM
                data:dict, # Batch with labels
@@ -409,6 +390,26 @@ class Unlearning:
 
 def _sample(data:dict, idx:torch.Tensor) -> dict: return {k: v[idx] if torch.is_tensor(v) and v.dim() else v for k, v in data.items()}
 
+def _checkpoint(model, obj:Objective, forget:dict, retain:dict, ref, idk, step:int, g_kw:dict|None) -> tuple:
+    "(history row, per-group G-effects or None) at `step`: the risks, and the G-effects when `g_kw` (`g_effect`'s keywords) is given."
+    f, r = qa_metrics(model, forget), qa_metrics(model, retain)
+    row = dict(step=step, unlearning=math.nan, retention=math.nan, forget_nll=f['nll'], forget_acc=f['acc'], retain_nll=r['nll'], retain_acc=r['acc'])
+    if g_kw is None: return row, None
+    ge = g_effect(model, obj, forget, retain, ref=ref, idk=idk, **g_kw)
+    row.update(unlearning=ge.unlearning, retention=ge.retention)
+    return row, ge.groups.reset_index().assign(step=step)
+
+def _step_loss(model, obj:Objective, src:dict, retain:dict, ref, batch_size:int, gen:torch.Generator, step:int) -> torch.Tensor:
+    "The objective on a mini-batch of `src` and, with a regulariser, one of `retain`, drawn from `gen` in that order."
+    s, c = forget_term(model, obj, _sample(src, torch.randperm(len(src['input_ids']), generator=gen)[:batch_size]), ref)
+    loss = s / max(c, 1)
+    if obj.regularizer:
+        s2, c2 = retain_term(model, obj, _sample(retain, torch.randperm(len(retain['input_ids']), generator=gen)[:batch_size]), ref)
+        loss = loss + obj.weight * s2 / max(c2, 1)
+    if not torch.isfinite(loss): raise NotFiniteError(f"The {obj.label} loss is {float(loss.detach())} at step {step}.", "Finite losses.", "Lower lr, or use float32.")
+    return loss
+
+# %% ../../nbs/papers/05_g_effect.ipynb #c063b126
 def unlearn(model, # A causal LM: the reference, left as it is (unless inplace)
             objective, # A name in `OBJECTIVES` or an `Objective`
             forget:dict, # Forget data (e.g. `encode_queries`)
@@ -432,39 +433,25 @@ def unlearn(model, # A causal LM: the reference, left as it is (unless inplace)
     obj = _resolve(objective)
     _check_data('forget', forget); _check_data('retain', retain)
     _objective_terms(obj, model, forget, retain, model, idk)
-    for k, v, lo in (('steps', steps, 0), ('measure_every', measure_every, 1), ('g_effect_every', 1 if g_effect_every is None else g_effect_every, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ConfigError(f"{k}={v!r}.", f"An integer >= {lo}.", f"Use e.g. {k}=5.")
+    check_int('steps', steps, 0, todo="Use e.g. steps=30."); check_int('measure_every', measure_every, 1, todo="Use e.g. measure_every=1.")
+    if g_effect_every is not None: check_int('g_effect_every', g_effect_every, 1, todo="Use e.g. g_effect_every=5, or None for none.")
     ref = copy.deepcopy(model) if inplace and obj.needs_ref else model
     work = model if inplace else copy.deepcopy(model)
     params = _params(work)
     opt = (torch.optim.SGD if optimizer == 'sgd' else torch.optim.AdamW)([p for _, p in params], lr=lr, **({} if optimizer == 'sgd' else dict(weight_decay=0.0)))
-    gen = torch.Generator().manual_seed(seed)
-    src = idk if obj.name == 'idk' else forget
-    hist, grows = [], []
-    def measure(step, with_ge):
-        f, r = qa_metrics(work, forget), qa_metrics(work, retain)
-        row = dict(step=step, unlearning=math.nan, retention=math.nan, forget_nll=f['nll'], forget_acc=f['acc'], retain_nll=r['nll'], retain_acc=r['acc'])
-        if with_ge:
-            ge = g_effect(work, obj, forget, retain, ref=ref, idk=idk, groups=groups, batch_size=max(batch_size, 16), smoothing=smoothing)
-            row.update(unlearning=ge.unlearning, retention=ge.retention)
-            grows.append(ge.groups.reset_index().assign(step=step))
-        hist.append(row)
-        return row
+    gen, src = torch.Generator().manual_seed(seed), idk if obj.name == 'idk' else forget
+    g_kw, hist, grows = dict(groups=groups, batch_size=max(batch_size, 16), smoothing=smoothing), [], []
     flags = {m: m.training for m in work.modules()}
     try:
         work.eval()                 # no dropout: the steps are the ones the G-effects describe
         for step in range(steps + 1):
             ge_now = g_effect_every is not None and (step % g_effect_every == 0 or step == steps)
             if step % measure_every == 0 or step == steps or ge_now:
-                if (row := measure(step, ge_now))['forget_nll'] >= (math.inf if stop_at is None else stop_at): break
+                row, grp = _checkpoint(work, obj, forget, retain, ref, idk, step, g_kw if ge_now else None)
+                hist.append(row); grows += [] if grp is None else [grp]
+                if row['forget_nll'] >= (math.inf if stop_at is None else stop_at): break
             if step == steps: break
-            fb = _sample(src, torch.randperm(len(src['input_ids']), generator=gen)[:batch_size])
-            s, c = forget_term(obj, work, fb, ref)
-            loss = s / max(c, 1)
-            if obj.regularizer:
-                s2, c2 = retain_term(obj, work, _sample(retain, torch.randperm(len(retain['input_ids']), generator=gen)[:batch_size]), ref)
-                loss = loss + obj.weight * s2 / max(c2, 1)
-            if not torch.isfinite(loss): raise NotFiniteError(f"The {obj.label} loss is {float(loss.detach())} at step {step}.", "Finite losses.", "Lower lr, or use float32.")
+            loss = _step_loss(work, obj, src, retain, ref, batch_size, gen, step)
             opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
     finally:
         for m, t in flags.items(): m.train(t)
@@ -472,6 +459,7 @@ def unlearn(model, # A causal LM: the reference, left as it is (unless inplace)
     empty = pd.DataFrame(columns=['group', 'unlearning', 'retention', 'step'])
     return Unlearning(work, pd.DataFrame(hist), pd.concat(grows, ignore_index=True) if grows else empty, obj)
 
+# %% ../../nbs/papers/05_g_effect.ipynb #b8d03152
 def retain_at(history:pd.DataFrame, # `Unlearning.history`
               forget_nll:float # The amount of forgetting to compare at
              ) -> float: # NaN if the run never got there
@@ -481,39 +469,6 @@ def retain_at(history:pd.DataFrame, # `Unlearning.history`
     for i in range(1, len(f)):
         if f[i] >= forget_nll: return float(r[i - 1] + (forget_nll - f[i - 1]) / (f[i] - f[i - 1]) * (r[i] - r[i - 1]))
     return math.nan
-
-# %% ../../nbs/papers/05_g_effect.ipynb #ae1a7635
-QA_LM = dict(n_layers=4, d_model=64, n_heads=4, max_len=48)  # the tiny Llama of the demo
-
-def qa_tokenizer(qa:AuthorQA) -> WordTokenizer:
-    "The word-level tokenizer of the questions, answers and `IDK_ANSWERS`."
-    return WordTokenizer.fit(qa.questions + qa.answers + IDK_ANSWERS)
-
-def train_qa_lm(qa:AuthorQA, # From `author_qa`
-                steps:int=800, # AdamW steps
-                batch_size:int=32, # Pairs per step
-                lr:float=3e-3, # Peak learning rate
-                seed:int=0, # Seed of the model and the batches
-                progress:bool=True # Progress bar
-               ) -> tuple: # (model in eval mode, tokenizer, FitResult)
-    "Train a tiny Llama to answer every question of `qa` (loss on the answers only)."
-    tokenizer = qa_tokenizer(qa)
-    model = tiny_lm('llama', vocab_size=tokenizer.vocab_size, seed=seed, **QA_LM)
-    data = encode_queries(tokenizer, qa.questions, qa.answers)
-    def batches(step, gen): return _sample(data, torch.randint(0, len(qa.questions), (batch_size,), generator=gen))
-    def loss(m, b):
-        s, c = risk_term(m, b); return s / c
-    res = fit(model, batches, loss, steps, lr=lr, seed=seed, warmup=min(100, steps // 10), progress=progress)
-    return model.eval(), tokenizer, res
-
-def load_qa_lm(name:str='g_effect_qa_lm' # Asset written by tools/make_g_effect_assets.py
-              ) -> tuple: # (model in eval mode, tokenizer, meta); the data it memorised: `author_qa(**meta['author_qa'])`
-    "The shipped tiny Llama that memorised `author_qa(seed=0)`."
-    tensors, meta = load_asset(name)
-    tokenizer = WordTokenizer(meta['vocab'])
-    model = tiny_lm('llama', **meta['tiny_lm'])
-    model.load_state_dict(tensors)
-    return model.eval(), tokenizer, meta
 
 # %% ../../nbs/papers/05_g_effect.ipynb #50df430c
 def plot_g_effects(runs:dict, # {label: Unlearning}

@@ -57,6 +57,7 @@ def linear_gnn(A, # (n, n) message-passing operator
     X0 = torch.as_tensor(X0).to(A.device, torch.float64)
     if X0.ndim != 2 or A.shape != (X0.shape[0], X0.shape[0]): raise ShapeError(f"A has shape {tuple(A.shape)} and X0 {tuple(X0.shape)}.", "Valid: A (n, n) and X0 (n, d).", "Pass gcn_operator(edge_index, n) and the node features.")
     check_finite('X0', X0); check_fraction('alpha', alpha, todo="Use e.g. alpha=0.2."); check_int('depth', depth, least=0, todo="Use e.g. depth=16.")
+    if not X0.any(): raise ConfigError("X0 is all zeros.", "Features with some non-zero entry: every layer of a linear GNN maps zeros to zeros, and the normalised variants divide by the norm.", "Pass the graph's node features.")
     d, g = X0.shape[1], torch.Generator().manual_seed(seed)
     W = lambda: (torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)).to(A.device)
     X, out = X0, [X0]
@@ -66,7 +67,9 @@ def linear_gnn(A, # (n, n) message-passing operator
         elif variant == 'batchnorm': H = _rescale(_center(H))
         elif variant == 'rescale': H = _rescale(H)
         elif variant == 'center': H = _center(H)
-        if variant in ('plain', 'residual', 'center'): H = H / H.norm()
+        if variant in ('plain', 'residual', 'center'):
+            if not H.norm(): raise NotFiniteError(f"Layer {len(out)} of the {variant!r} linear GNN is all zeros, so it cannot be normalised.", "Features that A does not map to zero.", "Check the graph (isolated nodes, an empty operator) and the features.")
+            H = H / H.norm()
         X = H; out.append(X)
     return out
 
@@ -127,6 +130,10 @@ def depth_curves(data:Data, # A graph with x, edge_index, y (any device)
                  seed:int=0 # Seed of the weights (the probe's split is seeded 0)
                 ) -> pd.DataFrame: # variant, depth, energy, rank (numerical), eff_rank, in_top1, in_topk, in_topk_centered, probe
     "Dirichlet energy, ranks, eigenspace energies and probe accuracy of each linearised variant over depth."
+    if getattr(data, 'y', None) is None or getattr(data, 'x', None) is None: raise ConfigError("depth_curves got a graph without node features x or labels y.", "A PyG Data with x (n, d), edge_index and y (n,): the probe needs labels.", "Set data.x and data.y.")
+    if len(torch.unique(data.y)) < 2: raise ConfigError(f"The graph's labels hold {len(torch.unique(data.y))} class.", "At least two classes: the probe's accuracy is the curve's last column.", "Pass a node classification graph.")
+    depths = [check_int('depth', t, least=0) for t in depths]
+    if not depths: raise ConfigError("depths is empty.", "Depths to report, e.g. (0, 1, 2, 4, 8).", "Pass at least one depth.")
     A = gcn_operator(data.edge_index, data.num_nodes)
     n, d = data.x.shape
     rank = rank or d
@@ -243,6 +250,7 @@ class GraphNormv2(nn.Module):
               ) -> torch.Tensor:
         "The learned centering step, per graph: x − λ ⊙ mean(x) − Σ_j τ_j ⊙ (P_j x), P_j the projector on slot j's vectors."
         if x.ndim != 2 or x.shape[1] != self.in_channels: raise ShapeError(f"x has shape {tuple(x.shape)}.", f"Valid: (N, {self.in_channels}).", "Pass node features of the layer's width.")
+        check_finite('x', x)
         batch, B = _batch_of(x, batch, batch_size)
         out = x - scatter(x, batch, 0, B, reduce='mean').index_select(0, batch) * self.mean_scale
         if basis is None: return out

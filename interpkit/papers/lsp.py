@@ -5,34 +5,31 @@
 # %% ../../nbs/papers/06_lsp.ipynb #53060b75
 from __future__ import annotations
 import json, random, re, urllib.error, urllib.request
-from pathlib import Path
 from collections import Counter
 from dataclasses import dataclass
 import numpy as np, pandas as pd, torch
 from rapidfuzz import fuzz
-from ..errors import AssetNotFound, ConfigError, InterpkitError
-from ..models import check_batch_size, check_causal_lm, evaluating, iter_batches, load_lm, logits_at, mask_positions, model_device, pad_id, to_model
+from ..errors import ConfigError, InterpkitError, NotFiniteError, check_finite, check_int, moved
+from ..models import check_batch_size, chat_text, evaluating, generate_greedy, iter_batches, logits_at, pad_id, pad_left, resolve_lm, to_model
 from ..results import result
-from ..train import assets_dir
+from ..train import seeded
 
 # %% auto #0
-__all__ = ['FUZZY_MIN', 'EXECUTOR_TEMPLATE', 'OBJECT_ATTRIBUTES', 'OBJECT_QUESTIONS', 'NONCE_LABELS', 'DIFFICULTIES',
-           'LEARNER_TEMPLATE', 'RULES_TEMPLATE', 'LSP_ASSET', 'LSP_RECIPE', 'SETTINGS', 'ProgramError', 'Module', 'LSP',
-           'leaf_name', 'node_at', 'replace_leaf', 'print_program', 'ProgramSyntaxError', 'parse_program',
-           'read_answer', 'one_at_a_time', 'ask', 'CachedExecutor', 'Run', 'run_program', 'HFLLM', 'OpenAIChat',
-           'describe', 'Example', 'true_label', 'Task', 'make_task', 'KeywordExecutor', 'attribute_matrix',
-           'tree_baseline', 'majority_label', 'chance_accuracy', 'examples_block', 'parse_module', 'QuestionBank',
-           'label_branches', 'gini', 'ModuleChoice', 'learn_module', 'accuracy', 'leaf_table', 'Learned', 'leaf_errors',
-           'learn_lsp', 'LspRuns', 'load_lsp_runs', 'runs_table', 'plot_runs', 'proposal_stats', 'explore_task',
-           'plot_leaves']
+__all__ = ['FUZZY_MIN', 'EXECUTOR_TEMPLATE', 'LEARNER_TEMPLATE', 'RULES_TEMPLATE', 'ProgramError', 'Module', 'LSP', 'leaf_name',
+           'node_at', 'replace_leaf', 'print_program', 'ProgramSyntaxError', 'parse_program', 'read_answer',
+           'one_at_a_time', 'ask', 'CachedExecutor', 'Run', 'run_program', 'HFLLM', 'OpenAIChat', 'KeywordExecutor',
+           'majority_label', 'examples_block', 'parse_module', 'QuestionBank', 'label_branches', 'gini', 'ModuleChoice',
+           'learn_module', 'accuracy', 'leaf_table', 'Learned', 'leaf_errors', 'learn_lsp', 'plot_leaves']
 
 # %% ../../nbs/papers/06_lsp.ipynb #b0e166cc
 class ProgramError(InterpkitError, ValueError):
     "A program that is not well formed, or a text that is not a printed program."
 
 def _check_word(kind:str, w) -> str:
-    if not isinstance(w, str) or not w.strip() or w != w.strip() or any(c in w for c in '|\n"'):
-        raise ProgramError(f"{kind} {w!r} is not usable.", f"A {kind}: a non-empty string without surrounding spaces, '|', '\"' or line breaks.",
+    bad = '|\n"' + (',' if kind == 'label' else '')   # the printout's header lists the labels separated by commas
+    if not isinstance(w, str) or not w.strip() or w != w.strip() or any(c in w for c in bad):
+        extra = ", ','" if kind == 'label' else ''
+        raise ProgramError(f"{kind} {w!r} is not usable.", f"A {kind}: a non-empty string without surrounding spaces, '|', '\"'{extra} or line breaks.",
                            f"E.g. 'red'; strip or rename the {kind}.")
     return w
 
@@ -53,6 +50,7 @@ class Module:
             raise ProgramError(f"branches for {sorted(self.branches)} but options {list(self.options)}.", "One branch per option.", "Give every option a label or a child module.")
         self.branches = {o: self.branches[o] if isinstance(self.branches[o], Module) else _check_word('label', self.branches[o]) for o in self.options}
 
+# %% ../../nbs/papers/06_lsp.ipynb #21977eb2
 @dataclass(eq=True)
 class LSP:
     "An LLM-based symbolic program: a decision tree of prompted modules (`root`), or a single label for the empty program."
@@ -305,6 +303,40 @@ def run_program(program, # An `LSP`, or its printout
         todo += [(node.branches[o], path + (o,), [i for i, a in zip(idx, out) if a == o]) for o in node.options]
     return Run(preds, leaves, pd.DataFrame(rows, columns=['input', 'node', 'output']).sort_values(['input', 'node'], key=lambda c: c.str.len() if c.name == 'node' else c, ignore_index=True))
 
+# %% ../../nbs/papers/06_lsp.ipynb #082b775b
+def _ids(tokenizer, text:str) -> list: return tokenizer(text, add_special_tokens=False)['input_ids']
+
+def _sampled(model, tokenizer, texts:list, max_new_tokens:int, batch_size:int, temperature:float, seed:int) -> list:
+    "Sampled continuations of `texts` in left-padded batches, drawn from `seed` afresh (the caller's random state is left alone); the model's generation config is restored."
+    saved, out = model.generation_config.to_dict(), []
+    try:
+        with evaluating(model), torch.no_grad(), seeded(seed):
+            for chunk in iter_batches(texts, batch_size):
+                enc = to_model(model, pad_left([_ids(tokenizer, t) for t in chunk], pad_id(tokenizer), position_ids=False))
+                g = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id(tokenizer), do_sample=True, temperature=temperature)
+                out += tokenizer.batch_decode(g[:, enc['input_ids'].shape[1]:], skip_special_tokens=True)
+    finally: model.generation_config = type(model.generation_config).from_dict(saved)
+    return out
+
+def _option_logprobs(model, tokenizer, texts:list, options:list, batch_size:int) -> torch.Tensor:
+    "(texts, options) float32: log P(' ' + option | text), summed over the option's tokens, in left-padded batches; a pair whose logits are not finite in its batch is scored alone, where they must be."
+    opts = [_ids(tokenizer, ' ' + o) for o in options]
+    if any(not o for o in opts): raise ConfigError(f"An option of {options} encodes to no tokens.", "Non-empty options.", "Remove the empty option.")
+    k, pad = max(map(len, opts)), pad_id(tokenizer)
+    pairs, scores = [(_ids(tokenizer, t), o) for t in texts for o in opts], []
+    with evaluating(model), torch.no_grad():
+        for chunk in iter_batches(pairs, batch_size * len(opts)):
+            try: raw = logits_at(model, to_model(model, pad_left([p + o for p, o in chunk], pad)), k + 1).float()
+            except NotFiniteError: raw = None   # the padded batch gave NaN (eager attention): each pair of it alone
+            if raw is not None: finite, lg = torch.isfinite(raw).all(-1).cpu(), raw.log_softmax(-1).cpu()
+            for r, (p, o) in enumerate(chunk):
+                pos = torch.arange(k - len(o), k)   # logits at these of the last k+1 positions predict the option's tokens
+                if raw is not None and finite[r, pos].all(): scores.append(lg[r, pos, torch.tensor(o)].sum()); continue
+                alone = logits_at(model, to_model(model, pad_left([p + o], pad)), len(o) + 1).float()[0, :len(o)]   # no padding
+                check_finite(f"The logits that score option {options[len(scores) % len(opts)]!r} after prompt {len(scores) // len(opts)}", alone)
+                scores.append(alone.log_softmax(-1).cpu()[torch.arange(len(o)), torch.tensor(o)].sum())
+    return torch.stack(scores).view(len(texts), len(opts))
+
 # %% ../../nbs/papers/06_lsp.ipynb #c28576af
 class HFLLM:
     "A `transformers` causal LM as an LLM callable (prompts -> generated texts), with `choose` to pick an option by its log-probability."
@@ -317,66 +349,32 @@ class HFLLM:
                  temperature:float=1.0, # Sampling temperature
                  seed:int=0 # Seed of the sampling; every call draws from it afresh, so the same prompts give the same texts
                 ):
-        self.model, self.tokenizer = load_lm(model, tokenizer=tokenizer)
-        check_causal_lm(self.model, 'HFLLM')
-        check_batch_size(batch_size)
-        if self.tokenizer is None: raise ConfigError("HFLLM got a model object without its tokenizer.", "The model's tokenizer.", "Pass tokenizer=...")
+        self.model, self.tokenizer = resolve_lm(model, tokenizer, 'HFLLM')
+        check_batch_size(batch_size); check_int('max_new_tokens', max_new_tokens, todo='E.g. max_new_tokens=48.')
         if chat and getattr(self.tokenizer, 'chat_template', None) is None: raise ConfigError("chat=True but the tokenizer has no chat template.", "An instruct model, or chat=False.", "Pass chat=False.")
         self.chat, self.max_new_tokens, self.batch_size, self.do_sample, self.temperature, self.seed = chat, max_new_tokens, batch_size, do_sample, temperature, seed
 
     def __repr__(self): return f"HFLLM({type(self.model).__name__}, chat={self.chat}, do_sample={self.do_sample})"
 
-    def _texts(self, prompts):
-        if not self.chat: return list(prompts)
-        return [self.tokenizer.apply_chat_template([{'role': 'user', 'content': p}], tokenize=False, add_generation_prompt=True) for p in prompts]
-
-    def _ids(self, text): return self.tokenizer(text, add_special_tokens=False)['input_ids']
+    def _texts(self, prompts): return [chat_text(self.tokenizer, p, fallback=None) for p in prompts] if self.chat else list(prompts)
 
     def __call__(self, prompts:list) -> list:
         "The model's continuation of each prompt, cut at the first blank line."
-        texts, out = self._texts(prompts), []
-        m, tok = self.model, self.tokenizer
-        kw = dict(do_sample=True, temperature=self.temperature) if self.do_sample else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-        saved = m.generation_config.to_dict()
-        try:
-            with evaluating(m), torch.no_grad(), torch.random.fork_rng(devices=[] if model_device(m).type == 'cpu' else [model_device(m)]):
-                torch.manual_seed(self.seed)
-                for chunk in iter_batches(texts, self.batch_size):
-                    enc = _left_pad([self._ids(t) for t in chunk], pad_id(tok))
-                    enc = to_model(m, dict(input_ids=enc['input_ids'], attention_mask=enc['attention_mask']))
-                    g = m.generate(**enc, max_new_tokens=self.max_new_tokens, pad_token_id=pad_id(tok), **kw)
-                    out += [t.split('\n\n')[0] for t in tok.batch_decode(g[:, enc['input_ids'].shape[1]:], skip_special_tokens=True)]
-        finally: m.generation_config = type(m.generation_config).from_dict(saved)
-        return out
+        texts = self._texts(prompts)
+        if not texts: return []
+        if self.do_sample: out = _sampled(self.model, self.tokenizer, texts, self.max_new_tokens, self.batch_size, self.temperature, self.seed)
+        else: out = generate_greedy(self.model, self.tokenizer, texts, self.max_new_tokens, self.batch_size)
+        return [t.split('\n\n')[0] for t in out]
 
     def option_scores(self, prompts:list, # Prompts
                       options:list # Candidate replies, each scored as ' ' + option after the prompt
                      ) -> torch.Tensor: # (prompts, options) float32: the sum of the option's token log-probabilities
         "log P(option | prompt) of every option after every prompt."
-        opts = [self._ids(' ' + o) for o in options]
-        if any(not o for o in opts): raise ConfigError(f"An option of {options} encodes to no tokens.", "Non-empty options.", "Remove the empty option.")
-        texts, k = self._texts(prompts), max(map(len, opts))
-        pairs = [(self._ids(t), o) for t in texts for o in opts]
-        scores, m = [], self.model
-        with evaluating(m), torch.no_grad():
-            for chunk in iter_batches(pairs, self.batch_size * len(opts)):
-                enc = _left_pad([p + o for p, o in chunk], pad_id(self.tokenizer))
-                lg = logits_at(m, to_model(m, enc), k + 1).float().log_softmax(-1).cpu()
-                for r, (p, o) in enumerate(chunk):
-                    pos = torch.arange(k - len(o), k)   # logits at these of the last k+1 positions predict the option's tokens
-                    scores.append(lg[r, pos, torch.tensor(o)].sum())
-        return torch.stack(scores).view(len(texts), len(opts))
+        return _option_logprobs(self.model, self.tokenizer, self._texts(prompts), list(options), self.batch_size)
 
     def choose(self, prompts:list, options:list, batch_size:int|None=None) -> list:
         "The most likely option after each prompt (ties: the first)."
         return [options[i] for i in self.option_scores(prompts, options).argmax(-1).tolist()]
-
-def _left_pad(rows:list, pad:int) -> dict:
-    "Left-padded ids, attention mask and position ids counted from each row's first real token."
-    T = max(map(len, rows))
-    ids = torch.full((len(rows), T), pad, dtype=torch.long); mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows): ids[i, T - len(r):] = torch.tensor(r, dtype=torch.long); mask[i, T - len(r):] = 1
-    return dict(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask))
 
 # %% ../../nbs/papers/06_lsp.ipynb #f1864daa
 class OpenAIChat:
@@ -409,87 +407,6 @@ class OpenAIChat:
                 raise ConfigError(f"{self.base_url} replied with no choices[0].message.content.", "An OpenAI chat-completions reply.", "Check that the server speaks the OpenAI chat API.") from e
         return out
 
-# %% ../../nbs/papers/06_lsp.ipynb #c323af86
-OBJECT_ATTRIBUTES = {'size': ('small', 'medium', 'large'), 'colour': ('red', 'blue', 'green'), 'shape': ('round', 'square', 'triangular'),
-              'pattern': ('striped', 'dotted', 'plain'), 'material': ('wooden', 'metal', 'glass')}
-OBJECT_QUESTIONS = {'size': 'What size is the object?', 'colour': 'What colour is the object?', 'shape': 'What shape is the object?',
-             'pattern': 'What pattern does the object have?', 'material': 'What is the object made of?'}
-NONCE_LABELS = ('zup', 'mip', 'tove', 'brill', 'wug', 'dax')
-DIFFICULTIES = {'easy': dict(depth=1, n_labels=2), 'medium': dict(depth=2, n_labels=3), 'hard': dict(depth=3, n_labels=4)}
-
-def describe(attributes:dict # One value per attribute of `OBJECT_ATTRIBUTES`
-            ) -> str:
-    "An object as text: 'A small, red, round, striped, wooden object.'"
-    missing = [a for a in OBJECT_ATTRIBUTES if a not in attributes]
-    if missing: raise ConfigError(f"No value for {missing}.", f"A value for each of {list(OBJECT_ATTRIBUTES)}.", "E.g. dict(size='small', colour='red', ...).")
-    return f"A {', '.join(attributes[a] for a in OBJECT_ATTRIBUTES)} object."
-
-@dataclass(frozen=True)
-class Example:
-    "An input of a synthetic task: its text `x`, its label `y` and the attributes it was made from."
-    x: str
-    y: str
-    attributes: dict
-
-# %% ../../nbs/papers/06_lsp.ipynb #e8803166
-def _attribute_of(prompt:str) -> str:
-    for a, q in OBJECT_QUESTIONS.items():
-        if q == prompt: return a
-    raise ProgramError(f"{prompt!r} is not one of the attribute questions.", f"One of {list(OBJECT_QUESTIONS.values())}.", "Use `true_label` on programs made by `make_task`.")
-
-def true_label(program:LSP, # A program whose modules ask `OBJECT_QUESTIONS`
-               attributes:dict # An object's attributes
-              ) -> str:
-    "The label the program gives an object, read straight from its attributes (no LLM)."
-    node = program.root
-    while isinstance(node, Module): node = node.branches[attributes[_attribute_of(node.prompt)]]
-    return node
-
-def _random_tree(depth:int, labels:tuple, rng:random.Random, used:tuple=()) -> Module:
-    attr = rng.choice([a for a in OBJECT_ATTRIBUTES if a not in used])
-    opts = OBJECT_ATTRIBUTES[attr]
-    deep = rng.choice(opts)   # one branch goes all the way down
-    br = {o: _random_tree(depth - 1, labels, rng, used + (attr,)) if depth > 1 and (o == deep or rng.random() < 0.25) else rng.choice(labels) for o in opts}
-    return Module(OBJECT_QUESTIONS[attr], opts, br)
-
-def _well_formed(p:LSP, depth:int) -> bool:
-    uses_all = {l for _, l in p.leaves()} == set(p.labels)
-    no_dull = all(len({b if isinstance(b, str) else id(b) for b in m.branches.values()}) > 1 for m in p.modules())
-    return p.depth() == depth and uses_all and no_dull
-
-@result
-class Task:
-    "A synthetic IL-Bench-style task: objects described in text, labelled by a hidden decision tree with nonce labels."
-    name: str
-    difficulty: str
-    program: LSP  # the true program
-    train: list  # of Example
-    test: list  # of Example, objects not in train
-
-    @property
-    def labels(self) -> tuple: return self.program.labels
-
-def make_task(difficulty:str='medium', # 'easy', 'medium' or 'hard' (`DIFFICULTIES`: depth of the hidden tree, number of labels)
-              n_train:int=96, # Training objects
-              n_test:int=96, # Test objects, disjoint from the training ones
-              seed:int=0 # Seed of the tree and of the objects
-             ) -> Task:
-    "A random decision tree over the objects' attributes with nonce labels, and disjoint train and test objects labelled by it."
-    if difficulty not in DIFFICULTIES: raise ConfigError(f"difficulty={difficulty!r}.", f"One of {list(DIFFICULTIES)}.", "E.g. difficulty='medium'.")
-    n_all = int(np.prod([len(v) for v in OBJECT_ATTRIBUTES.values()]))
-    for n, what in ((n_train, 'n_train'), (n_test, 'n_test')):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1: raise ConfigError(f"{what}={n!r}.", "A positive int.", f"E.g. {what}=96.")
-    if n_train + n_test > n_all: raise ConfigError(f"n_train + n_test = {n_train + n_test}.", f"At most {n_all}, the number of distinct objects.", "Ask for fewer objects.")
-    spec, rng = DIFFICULTIES[difficulty], random.Random(seed)
-    labels = tuple(rng.sample(NONCE_LABELS, spec['n_labels']))
-    while True:
-        program = LSP(_random_tree(spec['depth'], labels, rng), labels)
-        if _well_formed(program, spec['depth']): break
-    objects = [dict(zip(OBJECT_ATTRIBUTES, vals)) for vals in np.array(np.meshgrid(*OBJECT_ATTRIBUTES.values(), indexing='ij')).reshape(len(OBJECT_ATTRIBUTES), -1).T.tolist()]
-    rng.shuffle(objects)
-    ex = [Example(describe(o), true_label(program, o), o) for o in objects[:n_train + n_test]]
-    return Task(f"{difficulty}-{seed}", difficulty, program, ex[:n_train], ex[n_train:])
-
 # %% ../../nbs/papers/06_lsp.ipynb #fb214fa7
 class KeywordExecutor:
     "A reference executor without an LLM: a module's output is the one option written as a word in the input (the prompt's first line); none or several: it abstains."
@@ -506,20 +423,6 @@ class KeywordExecutor:
     def __repr__(self): return "KeywordExecutor()"
 
 # %% ../../nbs/papers/06_lsp.ipynb #5123bd84
-def attribute_matrix(examples:list # `Example`s
-                    ) -> np.ndarray:
-    "One-hot attributes, one row per example, columns in `OBJECT_ATTRIBUTES` order."
-    return np.array([[float(e.attributes[a] == v) for a, vals in OBJECT_ATTRIBUTES.items() for v in vals] for e in examples])
-
-def tree_baseline(task:Task, # From `make_task`
-                  max_depth:int|None=None, # Depth limit of the tree; None: grown until pure
-                  seed:int=0 # The tree's random_state
-                 ) -> float:
-    "Test accuracy of scikit-learn's decision tree on the true attributes (one-hot): an upper reference for any program."
-    from sklearn.tree import DecisionTreeClassifier
-    clf = DecisionTreeClassifier(max_depth=max_depth, random_state=seed).fit(attribute_matrix(task.train), [e.y for e in task.train])
-    return float(np.mean(clf.predict(attribute_matrix(task.test)) == np.array([e.y for e in task.test])))
-
 def majority_label(ys:list, # Labels
                    labels:tuple|None=None # Their order, for ties; None: order of first appearance
                   ) -> str:
@@ -527,12 +430,6 @@ def majority_label(ys:list, # Labels
     if not len(ys): raise ConfigError("No labels to count.", "At least one example.", "Pass a non-empty training set.")
     c, order = Counter(ys), list(labels) if labels is not None else list(dict.fromkeys(ys))
     return max(order, key=lambda l: (c[l], -order.index(l)))
-
-def chance_accuracy(task:Task # From `make_task`
-                   ) -> float:
-    "Test accuracy of always predicting the training set's majority label."
-    m = majority_label([e.y for e in task.train], task.labels)
-    return float(np.mean([e.y == m for e in task.test]))
 
 # %% ../../nbs/papers/06_lsp.ipynb #f0a5f63f
 LEARNER_TEMPLATE = """Each example has a label. Write the one question whose answer best tells the labels apart, and its possible answers.
@@ -556,6 +453,7 @@ def examples_block(xs:list, # Inputs as text
     "The examples as the learner reads them: 'Example: <x> Label: <y>' lines."
     return '\n'.join(f"Example: {x.rstrip()} Label: {y}" for x, y in zip(xs, ys))
 
+# %% ../../nbs/papers/06_lsp.ipynb #fded03c2
 _ANSWER = re.compile(r'(?i)\b(?:answer|label(?: is)?|predict)\s*[:=]?\s*"?([\w-]+)')
 
 def parse_module(text:str, # The learner's reply (after the template's last cue)
@@ -618,14 +516,7 @@ def gini(groups:list, # A group key per example (e.g. a module's output)
     for g, y in zip(groups, ys): by.setdefault(g, []).append(y)
     return float(sum(len(v) / n * (1 - sum((c / len(v)) ** 2 for c in Counter(v).values())) for v in by.values())) if n else 0.0
 
-@result
-class ModuleChoice:
-    "The candidates a learner proposed for one node, how many errors each makes on the node's examples, and the best."
-    module: Module|None  # the best candidate (None: no usable candidate)
-    errors: int  # its errors on the node's examples (abstentions count as errors)
-    impurity: float  # the Gini impurity of the labels within its outputs
-    candidates: pd.DataFrame  # reply, prompt, options, errors per candidate
-
+# %% ../../nbs/papers/06_lsp.ipynb #48c20e9e
 def _check_data(xs, ys, labels):
     xs, ys = list(xs), list(ys)
     if not xs: raise ConfigError("No examples.", "A non-empty list of inputs and their labels.", "Pass training data.")
@@ -638,9 +529,17 @@ def _check_data(xs, ys, labels):
     return xs, ys, labels
 
 def _check_learner_args(n_candidates, n_shown, template):
-    for v, what in ((n_candidates, 'n_candidates'), (n_shown, 'n_shown')):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ConfigError(f"{what}={v!r}.", "A positive int.", f"E.g. {what}=8.")
+    check_int('n_candidates', n_candidates, todo='E.g. n_candidates=8.'); check_int('n_shown', n_shown, todo='E.g. n_shown=16.')
     if not isinstance(template, str) or '{examples}' not in template: raise ConfigError("The learner template has no {examples} slot.", "A template with '{examples}'.", "See LEARNER_TEMPLATE.")
+
+# %% ../../nbs/papers/06_lsp.ipynb #cd38dad4
+@result
+class ModuleChoice:
+    "The candidates a learner proposed for one node, how many errors each makes on the node's examples, and the best."
+    module: Module|None  # the best candidate (None: no usable candidate)
+    errors: int  # its errors on the node's examples (abstentions count as errors)
+    impurity: float  # the Gini impurity of the labels within its outputs
+    candidates: pd.DataFrame  # reply, prompt, options, errors per candidate
 
 def learn_module(xs:list, # The node's inputs as text
                  ys:list, # Their labels
@@ -724,6 +623,7 @@ def leaf_errors(program:LSP, # A program
         rows.append((leaf_name(path), path, label, len(at), sum(ys[i] != label for i in at)))
     return pd.DataFrame(rows, columns=['leaf', 'path', 'label', 'n', 'errors'])
 
+# %% ../../nbs/papers/06_lsp.ipynb #66dc41a7
 def learn_lsp(xs:list, # Training inputs as text
               ys:list, # Their labels
               executor, # LLM that runs modules (see `ask`), or a `CachedExecutor` (used as it is: its memory and calibration are shared)
@@ -742,8 +642,7 @@ def learn_lsp(xs:list, # Training inputs as text
              ) -> Learned:
     "Algorithm 2 (reconstructed): from the empty program, repeatedly expand the leaf with the most training errors with a learned module, kept if it lowers them, or leaves them as they were and lowers the Gini impurity."
     xs, ys, labels = _check_data(xs, ys, labels)
-    for v, what in ((max_modules, 'max_modules'), (max_depth, 'max_depth')):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ConfigError(f"{what}={v!r}.", "A positive int.", f"E.g. {what}=3.")
+    check_int('max_modules', max_modules, todo='E.g. max_modules=4.'); check_int('max_depth', max_depth, todo='E.g. max_depth=3.')
     _check_learner_args(n_candidates, n_shown, template)
     run_llm = executor if isinstance(executor, CachedExecutor) else \
               CachedExecutor(executor, executor_template, xs if calibrate and callable(getattr(executor, 'option_scores', None)) else None)
@@ -771,97 +670,7 @@ def learn_lsp(xs:list, # Training inputs as text
     props = pd.concat(proposals, ignore_index=True) if proposals else pd.DataFrame(columns=['reply', 'prompt', 'options', 'errors', 'impurity', 'step'])
     return Learned(program, pd.DataFrame(steps, columns=cols), acc, props[['step'] + [c for c in props.columns if c != 'step']], run_llm.asked - asked_before, asked)
 
-# %% ../../nbs/papers/06_lsp.ipynb #0a5cb47d
-LSP_ASSET = 'lsp_runs'
-LSP_RECIPE = dict(difficulties=('easy', 'medium', 'hard'), seeds=(0, 1), n_train=96, n_test=96, max_modules=4, max_depth=3, n_candidates=8, n_shown=16,
-                  temperature=1.0, max_new_tokens=32, batch_size=16, learner_batch_size=8)
-
-# %% ../../nbs/papers/06_lsp.ipynb #74466afa
-SETTINGS = {'lsp': 'SmolLM2 executes and learns', 'flat': 'the same, one module (flat prompt)', 'lsp_bank': 'SmolLM2 executes, true questions proposed',
-            'flat_bank': 'the same, one module', 'lsp_keyword': 'keyword executor, SmolLM2 learns'}
-
-@result
-class LspRuns:
-    "The runs `tools/make_lsp_assets.py` shipped: its recipe and, per task, the true program, the references and every setting's learned program and predictions."
-    recipe: dict
-    tasks: list  # dicts: difficulty, seed, true_program, tree, chance, runs {setting: program, steps, proposals, predictions, accuracies, timings}
-
-    def task(self, difficulty:str, seed:int) -> dict:
-        "One task's record."
-        for t in self.tasks:
-            if (t['difficulty'], t['seed']) == (difficulty, seed): return t
-        have = [f"{t['difficulty']}-{t['seed']}" for t in self.tasks]
-        raise ConfigError(f"No shipped task {difficulty}-{seed}.", f"Tasks: {have}.", "Pick one of those.")
-
-def load_lsp_runs(folder=None # Where to look; None: the package's assets
-                 ) -> LspRuns:
-    "The shipped runs (`interpkit/assets/lsp_runs.json`)."
-    path = Path(folder or assets_dir())/f'{LSP_ASSET}.json'
-    if not path.exists(): raise AssetNotFound(f"No {path.name} in {path.parent}.", "The asset `tools/make_lsp_assets.py` writes.", "Run `python tools/make_lsp_assets.py`.")
-    d = json.loads(path.read_text())
-    return LspRuns(d['recipe'], d['tasks'])
-
-# %% ../../nbs/papers/06_lsp.ipynb #53b27de9
-def runs_table(runs:LspRuns, # From `load_lsp_runs`
-               executor=None # Run every shipped program on the test objects again with this executor (e.g. `KeywordExecutor()`); None: use the shipped predictions
-              ) -> pd.DataFrame:
-    "Test accuracy per task (rows) and setting (columns), recomputed from the regenerated tasks, with the scikit-learn tree and chance; `modules` counts each program's modules."
-    rows = []
-    for t in runs.tasks:
-        task = make_task(t['difficulty'], runs.recipe['n_train'], runs.recipe['n_test'], t['seed'])
-        tx, ty = [e.x for e in task.test], [e.y for e in task.test]
-        row = dict(task=f"{t['difficulty']}-{t['seed']}", difficulty=t['difficulty'])
-        for name, r in t['runs'].items():
-            preds = r['test_predictions'] if executor is None else run_program(r['program'], tx, executor).predictions
-            row[name] = accuracy(preds, ty)
-            row[f'{name} modules'] = len(parse_program(r['program']).modules())
-        row.update({'sklearn tree': tree_baseline(task), 'chance': chance_accuracy(task)})
-        rows.append(row)
-    return pd.DataFrame(rows).set_index('task')
-
-def plot_runs(table:pd.DataFrame, # From `runs_table`
-              settings:tuple=('lsp', 'flat', 'lsp_bank', 'flat_bank', 'lsp_keyword', 'sklearn tree', 'chance'), # Columns to draw
-              figsize:tuple=(9, 3.6) # Figure size in inches
-             ):
-    "Grouped bars of test accuracy, one group per task."
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=figsize)
-    w = 0.8 / len(settings)
-    for i, s in enumerate(settings):
-        ax.bar(np.arange(len(table)) + (i - (len(settings) - 1) / 2) * w, table[s], w, label=s)
-    ax.set_xticks(np.arange(len(table)), table.index); ax.set_ylim(0, 1.05); ax.set_ylabel('test accuracy')
-    ax.legend(fontsize=7, ncol=len(settings), loc='lower center', bbox_to_anchor=(0.5, 1.0), frameon=False)
-    fig.tight_layout()
-    return fig
-
-# %% ../../nbs/papers/06_lsp.ipynb #c122e7af
-def proposal_stats(runs:LspRuns, # From `load_lsp_runs`
-                   setting:str='lsp' # A setting whose learner is an LLM
-                  ) -> pd.DataFrame:
-    "Per task, what the learner proposed: replies, the share that could be read as a module, the share that ask about one of the objects' attributes (options all values of one attribute), and distinct questions."
-    values = {v: a for a, vs in OBJECT_ATTRIBUTES.items() for v in vs}
-    rows = []
-    for t in runs.tasks:
-        p = pd.DataFrame(t['runs'][setting]['proposals'])
-        ok = p[p.prompt.notna()]
-        on_attr = ok.options.map(lambda o: len({values.get(v) for v in o.split(' | ')}) == 1 and all(v in values for v in o.split(' | ')))
-        rows.append(dict(task=f"{t['difficulty']}-{t['seed']}", replies=len(p), usable=len(ok) / max(len(p), 1), about_an_attribute=float(on_attr.sum()) / max(len(p), 1),
-                         distinct_questions=ok.prompt.nunique()))
-    return pd.DataFrame(rows).set_index('task')
-
 # %% ../../nbs/papers/06_lsp.ipynb #38275db5
-def explore_task(difficulty:str='hard', # 'easy', 'medium' or 'hard'
-                 max_depth:int=3, # Most modules on a path
-                 seed:int=0, # The task's seed
-                 n_train:int=96 # Training objects
-                ) -> tuple: # (`Learned`, accuracy per leaf on the test objects)
-    "The widget's view: an LSP learned on a synthetic task by the keyword executor from the true questions, and its accuracy per leaf on held-out objects."
-    task = make_task(difficulty, n_train, 96, seed)
-    bank = QuestionBank({OBJECT_QUESTIONS[a]: OBJECT_ATTRIBUTES[a] for a in OBJECT_ATTRIBUTES})
-    learned = learn_lsp([e.x for e in task.train], [e.y for e in task.train], KeywordExecutor(), bank, task.labels, max_modules=16, max_depth=max_depth,
-                        n_candidates=len(OBJECT_ATTRIBUTES))
-    return learned, leaf_table(learned.program, [e.x for e in task.test], [e.y for e in task.test], KeywordExecutor())
-
 def plot_leaves(table:pd.DataFrame, # From `leaf_table`
                 title:str='', # Axes title
                 width:float=7 # Figure width in inches (the height grows with the number of leaves)
@@ -874,3 +683,8 @@ def plot_leaves(table:pd.DataFrame, # From `leaf_table`
     ax.invert_yaxis(); ax.set_xlim(0, 1.05); ax.set_xlabel('test accuracy'); ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+# %% ../../nbs/papers/06_lsp.ipynb #c680cf88
+_DEMO = ('OBJECT_ATTRIBUTES', 'OBJECT_QUESTIONS', 'NONCE_LABELS', 'DIFFICULTIES', 'describe', 'Example', 'true_label', 'Task', 'make_task', 'attribute_matrix', 'tree_baseline',
+         'chance_accuracy', 'LSP_ASSET', 'LSP_RECIPE', 'SETTINGS', 'LspRuns', 'load_lsp_runs', 'runs_table', 'plot_runs', 'proposal_stats', 'explore_task')
+__getattr__ = moved(__name__, **{name: f'interpkit.demos.lsp.{name}' for name in _DEMO})

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/papers/12_monosemantic.ipynb #737238ff
 from __future__ import annotations
+from collections.abc import Mapping
 import pandas as pd, torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,9 +17,9 @@ from ..stats import Probe, linear_probe as _linear_probe
 from ..train import Trained, fit, seeded
 
 # %% auto #0
-__all__ = ['NON_NEGATIVE', 'info_nce', 'non_negative', 'ContrastiveNet', 'contrastive_loss', 'train_contrastive',
-           'projector_features', 'semantic_consistency', 'Monosemanticity', 'monosemanticity', 'top_activating',
-           'symmetric_label_noise', 'gaussian_input_noise', 'few_shot_indices', 'label_noise_curve',
+__all__ = ['NON_NEGATIVE', 'info_nce', 'encoder_features', 'non_negative', 'ContrastiveNet', 'contrastive_loss',
+           'train_contrastive', 'projector_features', 'semantic_consistency', 'Monosemanticity', 'monosemanticity',
+           'top_activating', 'symmetric_label_noise', 'gaussian_input_noise', 'few_shot_indices', 'label_noise_curve',
            'input_noise_curve', 'robustness_table', 'train_feature_sae']
 
 # %% ../../nbs/papers/12_monosemantic.ipynb #7e0c8c0a
@@ -36,6 +37,21 @@ def info_nce(z1:torch.Tensor, # First views' projections (n, d)
     sim = sim.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=z.device), float('-inf'))  # an anchor is not its own candidate
     partner = torch.cat([torch.arange(n, 2 * n), torch.arange(n)]).to(z.device)
     return F.cross_entropy(sim, partner)
+
+# %% ../../nbs/papers/12_monosemantic.ipynb #847ea41f
+def encoder_features(encoder:nn.Module, # Any encoder: one that returns features, or a `transformers` model
+                     x # A batch for it: a tensor, or a dict of keyword inputs (a tokenizer's output)
+                    ) -> torch.Tensor: # (batch, d_enc)
+    "The encoder's features: its tensor output; of a `transformers` output, `pooler_output`, else the mean of `last_hidden_state` over real tokens."
+    h = encoder(**x) if isinstance(x, Mapping) else encoder(x)
+    if torch.is_tensor(h): return h
+    pooled = h.get('pooler_output') if isinstance(h, Mapping) else getattr(h, 'pooler_output', None)
+    if torch.is_tensor(pooled): return pooled
+    last = h.get('last_hidden_state') if isinstance(h, Mapping) else getattr(h, 'last_hidden_state', None)
+    if not torch.is_tensor(last): raise ConfigError(f"The encoder returned a {type(h).__name__} without a tensor, pooler_output or last_hidden_state.", "An encoder that returns (batch, d_enc) features or a transformers output.", "Wrap it so that it returns its features.")
+    m = x.get('attention_mask') if isinstance(x, Mapping) else None
+    m = torch.ones(last.shape[:2], device=last.device, dtype=last.dtype) if m is None else m.to(last.device, last.dtype)
+    return (last * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp_min(1)
 
 # %% ../../nbs/papers/12_monosemantic.ipynb #bd929b40
 NON_NEGATIVE = ('none', 'relu', 'rep_relu') # 'none': SimCLR; 'relu': NCL; 'rep_relu': NCL with the GELU gradient in the backward pass (the code's option)
@@ -70,9 +86,14 @@ class ContrastiveNet(nn.Module):
 
     def extra_repr(self): return f"d_enc={self.d_enc}, d_proj={self.d_proj}, non_neg={self.non_neg!r}"
 
-    def project(self, x:torch.Tensor # A batch of inputs for the encoder
+    def encode(self, x # A batch for the encoder: a tensor, or a dict of keyword inputs (a tokenizer's output)
+              ) -> torch.Tensor: # (batch, d_enc)
+        "The encoder's features (see `encoder_features`)."
+        return encoder_features(self.encoder, x)
+
+    def project(self, x # A batch for the encoder (see `encode`)
                ) -> torch.Tensor: # (batch, d_proj) projector output, before any normalisation
-        h = self.encoder(x)
+        h = self.encode(x)
         if h.dim() != 2 or h.shape[1] != self.d_enc:
             raise ShapeError(f"The encoder returned shape {tuple(h.shape)}.", f"ContrastiveNet was built with d_enc={self.d_enc}: (batch, {self.d_enc}) is needed.", "Pass d_enc equal to the encoder's output width, or flatten its output.")
         return self.projector(h)
@@ -221,8 +242,9 @@ def gaussian_input_noise(x:torch.Tensor, # Inputs
                          sigma:float, # Standard deviation of the noise (≥ 0)
                          seed:int=0 # Seed of the noise
                         ) -> torch.Tensor:
-    "x + σ·N(0, I), the test-time input noise of the official linear evaluation (a new tensor; x is not changed)."
+    "x + σ·N(0, I), the test-time input noise of the official linear evaluation (a new tensor; x is not changed; integer inputs give float32)."
     if isinstance(sigma, bool) or not sigma >= 0: raise ConfigError(f"sigma={sigma!r}.", "A non-negative number.", "E.g. sigma=0.3.")
+    if not x.is_floating_point(): x = x.float()   # integer pixels: the noisy inputs are float32 (noise cast to uint8 would be truncated)
     g = torch.Generator().manual_seed(seed)
     return x + sigma * torch.randn(x.shape, generator=g, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32).to(device=x.device, dtype=x.dtype)
 

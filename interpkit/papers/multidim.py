@@ -4,31 +4,29 @@
 
 # %% ../../nbs/papers/18_multidim.ipynb #bcc8ca90
 from __future__ import annotations
-import inspect, json, math, random
-from pathlib import Path
+import math
 import numpy as np, pandas as pd, torch
 import matplotlib.pyplot as plt
-from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-from ..errors import AssetNotFound, ConfigError, ShapeError, check_choice, check_finite
+from ..errors import ConfigError, ShapeError, check_choice, check_finite, check_fraction, check_int, moved, renamed
 from ..hooks import Site, as_site, capture, patch, resid_post
-from ..models import tiny_lm, evaluating, to_model, logits_of, model_device, check_causal_lm, check_batch_size, pad_id, pad_right
-from ..data import corpus
-from ..results import result
-from ..sae import SAE, train_sae, stream_activations
-from ..train import assets_dir, fit, lm_loss, load_asset
+from ..models import evaluating, to_model, logits_at, check_causal_lm, check_batch_size, pad_id, pad_right
+from ..results import DictView, result
+from ..sae import SAE
 from ..viz import styled
 
 # %% auto #0
-__all__ = ['DAYS', 'MONTHS', 'NUMBERS', 'TOKEN_SETS', 'WORD_TEMPLATES', 'CYCLES', 'CALENDAR_MATH', 'NEAR_TEMPLATE', 'CALENDAR_LM',
-           'normalize_points', 'rotate', 'mutual_info_2d', 'separability_curve', 'separability_index', 'Line',
-           'mixture_index', 'Irreducibility', 'irreducibility', 'synthetic_cloud', 'pca_fit', 'pca_project',
-           'Circularity', 'circularity', 'circularity_null', 'word_states', 'circle_scores', 'PCAView', 'pca_view',
-           'plot_pca_view', 'duration', 'calendar_prompts', 'calendar_logits', 'calendar_states', 'replace_coords',
-           'circle_intervention', 'calendar_tokenizer', 'calendar_split', 'near_sentence', 'calendar_document',
-           'train_calendar_lm', 'load_calendar_lm', 'calendar_accuracy', 'calendar_texts', 'sae_tokens',
-           'lm_sae_activations', 'heldout_split', 'train_lm_sae', 'load_multidim_sae', 'load_large_sae_summary',
-           'angular_similarity', 'cluster_features', 'cluster_reconstruction', 'rank_clusters', 'token_share']
+__all__ = ['DAYS', 'MONTHS', 'WORD_TEMPLATES', 'CYCLES', 'CALENDAR_MATH', 'normalize_points', 'rotate', 'mutual_info_2d',
+           'separability_curve', 'separability_index', 'Line', 'mixture_index', 'Irreducibility', 'irreducibility',
+           'pca_fit', 'pca_project', 'Circularity', 'circularity', 'circularity_null', 'WordStates', 'word_states',
+           'circle_scores', 'PCAView', 'pca_view', 'plot_pca_view', 'duration', 'calendar_prompts', 'calendar_logits',
+           'calendar_states', 'replace_coords', 'circle_intervention', 'calendar_accuracy', 'angular_similarity',
+           'cluster_features', 'cluster_reconstruction', 'rank_clusters', 'token_share']
+
+# %% ../../nbs/papers/18_multidim.ipynb #1c1dda48
+_DEMO = ('NUMBERS', 'TOKEN_SETS', 'synthetic_cloud', 'NEAR_TEMPLATE', 'calendar_tokenizer', 'calendar_split', 'near_sentence', 'calendar_document',
+         'CALENDAR_LM', 'train_calendar_lm', 'load_calendar_lm', 'calendar_texts', 'sae_tokens', 'lm_sae_activations', 'heldout_split', 'train_lm_sae',
+         'load_multidim_sae', 'load_large_sae_summary')
+__getattr__ = moved(__name__, **{n: f'interpkit.demos.multidim.{n}' for n in _DEMO})   # the demo's data, models and assets moved to interpkit.demos.multidim
 
 # %% ../../nbs/papers/18_multidim.ipynb #e55fa1b7
 def _as_points(x, name='x') -> torch.Tensor:
@@ -57,6 +55,7 @@ def rotate(x:torch.Tensor, # Points (n, 2)
     R = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # x @ R rotates row vectors by +theta
     return x @ R
 
+# %% ../../nbs/papers/18_multidim.ipynb #77c12289
 def mutual_info_2d(a:torch.Tensor, # First coordinates (..., n)
                    b:torch.Tensor, # Second coordinates (..., n)
                    bins:int=10, # Bins per coordinate
@@ -79,7 +78,8 @@ def separability_curve(x, # Points (n, 2)
                        n_angles:int=90 # Rotations tried in [0, pi/2)
                       ) -> tuple[torch.Tensor, torch.Tensor]: # (angles, mutual information in bits at each)
     "Mutual information between the two coordinates of the normalised cloud rotated by each angle in $[0, \\pi/2)$."
-    if bins < 2 or bound <= 0 or n_angles < 1: raise ConfigError(f"bins={bins}, bound={bound}, n_angles={n_angles}.", "bins >= 2, bound > 0, n_angles >= 1.", "E.g. bins=10, bound=3, n_angles=90.")
+    check_int('bins', bins, 2, todo='E.g. bins=10.'); check_int('n_angles', n_angles, todo='E.g. n_angles=90.')
+    if not bound > 0: raise ConfigError(f"bound={bound!r} is not valid.", "bound must be a number > 0.", "E.g. bound=3.")
     x = normalize_points(x)
     angles = torch.arange(n_angles, dtype=torch.float64) * (math.pi / 2) / n_angles  # a quarter turn maps the grid onto itself
     r = rotate(x, angles)
@@ -93,28 +93,31 @@ def separability_index(x, # Points (n, 2)
     "Separability index $S$: the least mutual information (bits) between the two coordinates over rotations of the normalised cloud."
     return separability_curve(x, bins, bound, n_angles)[1].min().item()
 
+# %% ../../nbs/papers/18_multidim.ipynb #5939d205
 @result
 class Line:
     "The line that `mixture_index` found: points $p$ with $|p \\cdot v - c| < \\epsilon\\,\\text{rms}$ lie on it."
-    index:float # Fraction of points within epsilon * rms of the line
+    index:float # Fraction of points within eps * rms of the line
     theta:float # Angle of the normal vector v = (cos theta, sin theta)
     c:float # Offset: the line is p . v = c (in normalised coordinates)
 
+@renamed(epsilon='eps')
 def mixture_index(x, # Points (n, 2)
-                  epsilon:float=0.1, # Half-width of the band, relative to the rms of p . v - c
+                  eps:float=0.1, # Half-width of the band, relative to the rms of p . v - c
                   n_angles:int=180, # Normal directions tried in [0, pi)
                   n_offsets:int=201, # Offsets tried per direction: quantiles of the projections
                   return_line:bool=False # Also return the best `Line`
                  ):
     "Mixture index $M_\\epsilon$: the largest fraction of points within $\\epsilon$ (relative to the rms distance) of one line; high if the cloud is a mixture of lower-dimensional parts."
-    if not 0 < epsilon < 1 or n_angles < 1 or n_offsets < 1: raise ConfigError(f"epsilon={epsilon}, n_angles={n_angles}, n_offsets={n_offsets}.", "0 < epsilon < 1, n_angles >= 1, n_offsets >= 1.", "E.g. epsilon=0.1.")
+    check_fraction('eps', eps, zero=False, one=False, todo='E.g. eps=0.1.')
+    check_int('n_angles', n_angles, todo='E.g. n_angles=180.'); check_int('n_offsets', n_offsets, todo='E.g. n_offsets=201.')
     x = normalize_points(x)
     th = torch.arange(n_angles, dtype=torch.float64) * math.pi / n_angles
     p = (x @ torch.stack([th.cos(), th.sin()])).T.contiguous()  # (angles, n)
     ps = p.sort(-1).values
     c = ps[:, torch.linspace(0, ps.shape[1] - 1, n_offsets).round().long()]  # (angles, offsets): quantiles of the projections
     mu, var = p.mean(-1, keepdim=True), p.var(-1, unbiased=False, keepdim=True)
-    w = epsilon * (var + (mu - c) ** 2).sqrt()
+    w = eps * (var + (mu - c) ** 2).sqrt()
     count = torch.searchsorted(ps, c + w, side='left') - torch.searchsorted(ps, c - w, side='right')
     best = count.flatten().argmax()
     i, j = divmod(best.item(), n_offsets)
@@ -133,56 +136,38 @@ class Irreducibility:
     def irreducible(self) -> bool: return self.separability > self.s_min and self.mixture < self.m_max
     def __repr__(self): return f"Irreducibility(S={self.separability:.3f} bits, M={self.mixture:.3f}, irreducible={self.irreducible})"
 
+@renamed(epsilon='eps')
 def irreducibility(x, # Points (n, 2)
                    s_min:float=0.3, # Separability threshold (bits)
                    m_max:float=0.35, # Mixture threshold
                    bins:int=10, bound:float=3., n_angles:int=90, # Passed to `separability_index`
-                   epsilon:float=0.1 # Passed to `mixture_index`
+                   eps:float=0.1 # Passed to `mixture_index`
                   ) -> Irreducibility:
     "The separability and mixture indices of `x`; irreducible if neither test splits it."
-    return Irreducibility(separability_index(x, bins, bound, n_angles), mixture_index(x, epsilon), s_min, m_max)
-
-# %% ../../nbs/papers/18_multidim.ipynb #6442658f
-def synthetic_cloud(kind:str, # 'circle', 'independent', 'mixture' or 'gaussian'
-                    n:int=2000, # Points
-                    seed:int=0 # Seed
-                   ) -> torch.Tensor: # (n, 2) float64
-    "Toy 2-D features: an irreducible circle and three reducible clouds."
-    check_choice('kind', kind, ('circle', 'independent', 'mixture', 'gaussian'))
-    g, f = torch.Generator().manual_seed(seed), torch.float64
-    if kind == 'circle':
-        t, r = torch.rand(n, generator=g, dtype=f) * 2 * math.pi, 1 + 0.05 * torch.randn(n, generator=g, dtype=f)
-        return torch.stack([r * t.cos(), r * t.sin()], -1)
-    if kind == 'independent':
-        a = torch.rand(n, generator=g, dtype=f) * 2 - 1
-        b = -torch.log(torch.rand(n, generator=g, dtype=f)) * torch.where(torch.rand(n, generator=g) < 0.5, -1., 1.).double()  # Laplace
-        return rotate(torch.stack([a, 3 * b], -1), 0.5)
-    if kind == 'mixture':
-        s, which = torch.randn(n, generator=g, dtype=f), torch.rand(n, generator=g) < 0.5
-        u1, u2 = torch.tensor([1., 0.2], dtype=f), torch.tensor([0.3, 1.], dtype=f)
-        return torch.where(which[:, None], s[:, None] * u1, s[:, None] * u2 + torch.tensor([0.5, 0.], dtype=f))
-    return torch.randn(n, 2, generator=g, dtype=f) @ torch.tensor([[2., 0.5], [0., 0.7]], dtype=f)
+    return Irreducibility(separability_index(x, bins, bound, n_angles), mixture_index(x, eps), s_min, m_max)
 
 # %% ../../nbs/papers/18_multidim.ipynb #778a1816
+@renamed(k='rank')
 def pca_fit(x:torch.Tensor, # Points (n, d)
-            k:int=2 # Components
-           ) -> tuple[torch.Tensor, torch.Tensor]: # (mean (d,), components (k, d) orthonormal, by decreasing variance), float64 on `x`'s device
-    "Principal components of `x` by SVD of the centred data (in float64: the SVD of a few hundred similar states needs the precision)."
-    x = torch.as_tensor(x).detach().double()
+            rank:int=2 # Principal components kept
+           ) -> tuple[torch.Tensor, torch.Tensor]: # (mean (d,), components (rank, d) orthonormal, by decreasing variance), float64 on `x`'s device
+    "Principal components of `x`: scikit-learn's PCA by a full SVD of the centred data, in float64 (the SVD of a few hundred similar states needs the precision)."
+    from sklearn.decomposition import PCA
+    x = torch.as_tensor(x).detach()
     if x.dim() != 2 or len(x) < 2: raise ShapeError(f"pca_fit got shape {tuple(x.shape)}.", "A 2-D array with at least 2 rows.", "Stack the points as rows.")
-    if not 1 <= k <= min(x.shape): raise ConfigError(f"k={k} for {tuple(x.shape)} points.", f"1 <= k <= {min(x.shape)}.", "Ask for fewer components.")
+    check_int('rank', rank, 1, min(x.shape), todo=f"Ask for at most {min(x.shape)} components for {tuple(x.shape)} points.")
     check_finite('the points', x)
-    mu = x.mean(0)
-    _, _, vt = torch.linalg.svd(x - mu, full_matrices=False)
-    return mu, vt[:k]
+    p = PCA(rank, svd_solver='full').fit(x.cpu().double().numpy())
+    return torch.from_numpy(p.mean_).to(x.device), torch.from_numpy(p.components_).to(x.device)
 
+@renamed(k='rank')
 def pca_project(x, # Points (n, d)
-                k:int=2, # Components
+                rank:int=2, # Principal components
                 fit_on=None # Points to fit the PCA on; None: `x` itself
-               ) -> torch.Tensor: # (n, k) float64, on `x`'s device
-    "Coordinates of `x` on the top `k` principal components (of `fit_on`, or of `x`)."
+               ) -> torch.Tensor: # (n, rank) float64, on `x`'s device
+    "Coordinates of `x` on the top `rank` principal components (of `fit_on`, or of `x`)."
     x = torch.as_tensor(x).detach().double()
-    mu, v = pca_fit(x if fit_on is None else fit_on, k)
+    mu, v = pca_fit(x if fit_on is None else fit_on, rank)
     return (x - mu.to(x.device)) @ v.to(x.device).T
 
 # %% ../../nbs/papers/18_multidim.ipynb #17933f23
@@ -195,15 +180,16 @@ class Circularity:
     m:int # Number of points
     closure:float # Gap from the last point back to the first over the median gap between consecutive points: about 1 on a circle, large on an arc
 
+@renamed(centre='center')
 def circularity(points, # (m, 2) one point per element of a cycle, in cyclic order (e.g. Monday..Sunday)
-                centre=None # The centre; None: the mean of the points
+                center=None # The center; None: the mean of the points
                ) -> Circularity:
     "How well `points` go round the centre in their cyclic order, evenly spaced: $R = \\max_{s=\\pm1} |\\frac1m\\sum_k e^{i(\\phi_k - 2\\pi s k/m)}|$ (float64, on the CPU: a handful of points)."
     p = torch.as_tensor(points).detach().cpu().double()
     if p.dim() != 2 or p.shape[1] != 2 or len(p) < 3: raise ShapeError(f"circularity got shape {tuple(p.shape)}.", "(m, 2) points with m >= 3.", "Project onto two dimensions first.")
     check_finite('the points', p)
     m = len(p)
-    p = p - (p.mean(0) if centre is None else torch.as_tensor(centre).detach().cpu().double())
+    p = p - (p.mean(0) if center is None else torch.as_tensor(center).detach().cpu().double())
     phi = torch.atan2(p[:, 1], p[:, 0])
     k = torch.arange(m, dtype=torch.float64)
     rs = {s: torch.polar(torch.ones(m, dtype=torch.float64), phi - 2 * math.pi * s * k / m).mean().abs().item() for s in (1, -1)}
@@ -215,6 +201,7 @@ def circularity(points, # (m, 2) one point per element of a cycle, in cyclic ord
     if med <= 0: raise ConfigError(f"Most consecutive points of the {m} are equal (median gap 0).", "circularity needs distinct points: one per element of the cycle.", "Check the points, e.g. that the states differ between words.")
     return Circularity(R=rs[s], direction=s, neighbours=sum(nxt[i] == (i + 1) % m for i in range(m)), m=m, closure=(gaps[0] / med).item())
 
+# %% ../../nbs/papers/18_multidim.ipynb #5a9975f8
 def circularity_null(m:int, # Points on the cycle
                      points=None, # (m, 2) points to shuffle; None: a regular m-gon (the best case for chance alignment)
                      n:int=2000, # Random labelings
@@ -230,8 +217,6 @@ def circularity_null(m:int, # Points on the cycle
 # %% ../../nbs/papers/18_multidim.ipynb #de7a44ed
 DAYS = ('Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday', 'Sunday')
 MONTHS = ('January', 'February', 'March', 'April', 'May', 'June', 'July', 'August', 'September', 'October', 'November', 'December')
-NUMBERS = ('one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten', 'eleven', 'twelve')
-TOKEN_SETS = {'days': DAYS, 'months': MONTHS, 'numbers': NUMBERS}
 
 WORD_TEMPLATES = ("Let's meet on {w} after lunch.", "The shop was closed last {w}, so", "It all started one {w} morning",
                   "My favourite is {w}, of course.", "I will see you in {w} then.", "We talked about {w} for a while.",
@@ -258,18 +243,27 @@ def _word_rows(tokenizer, words, templates):
             rows.append(full); pos.append(len(a) - 1)
     return rows, pos
 
+# %% ../../nbs/papers/18_multidim.ipynb #23e3ac1d
+@result(eq=False)
+class WordStates(DictView):
+    "Residual-stream states at each word's last token in each template, by layer: what `word_states` returns; reads as {layer: (words, templates, d)}."
+    by_layer:dict # {layer: (len(words), len(templates), d) states}
+    words:list # The words, in order
+    templates:list # The templates, in order
+
 def word_states(model, # A language model with a known layout (see `interpkit.hooks`)
                 tokenizer, # Its tokenizer
                 words, # Words (e.g. `DAYS`)
                 layers, # Layers whose residual stream (resid_post) to read: an int or a list; negative ones count from the end
                 templates=WORD_TEMPLATES, # Prompts with one `{w}` slot each
                 batch_size:int=32 # Prompts per forward pass
-               ) -> dict: # {layer: (len(words), len(templates), d)} states at each word's last token, on the model's device, in float32 (float64 for a float64 model)
+               ) -> WordStates: # Reads as {layer: (len(words), len(templates), d)}: states at each word's last token, on the model's device, in float32 (float64 for a float64 model)
     "Residual-stream states at the word's token, for each word in each template; the model is left as it was."
     check_batch_size(batch_size)
     if not words: raise ConfigError("No words.", "A list of words.", "E.g. DAYS.")
     layers = [layers] if isinstance(layers, int) else list(layers)
-    rows, pos = _word_rows(tokenizer, list(words), list(templates))
+    words, templates = list(words), list(templates)
+    rows, pos = _word_rows(tokenizer, words, templates)
     sites, chunks = [resid_post(l) for l in layers], {l: [] for l in layers}
     with torch.no_grad(), evaluating(model), capture(model, sites) as cache:
         for i in range(0, len(rows), batch_size):
@@ -278,8 +272,9 @@ def word_states(model, # A language model with a known layout (see `interpkit.ho
             for l, s in zip(layers, sites):
                 a = cache[s]
                 chunks[l].append(_upcast(a[torch.arange(len(a), device=a.device), torch.tensor(pos[i:i + batch_size], device=a.device)]))
-    return {l: torch.cat(c).view(len(words), len(templates), -1) for l, c in chunks.items()}
+    return WordStates({l: torch.cat(c).view(len(words), len(templates), -1) for l, c in chunks.items()}, list(words), list(templates))
 
+# %% ../../nbs/papers/18_multidim.ipynb #e7a4aedf
 def circle_scores(states:dict, # Output of `word_states`
                   words # The words, in cyclic order
                  ) -> pd.DataFrame: # One row per layer: R, neighbours, m, closure, the null's 95th percentile and p-value (500 shuffles)
@@ -317,6 +312,7 @@ def pca_view(states:dict, # {token set name: output of `word_states`}
     means = (s.mean(1) - mu) @ v.T
     return PCAView(points=pts, labels=np.repeat(np.arange(m), t), means=means, circularity=circularity(means), irreducibility=irreducibility(pts))
 
+# %% ../../nbs/papers/18_multidim.ipynb #132989c7
 def plot_pca_view(view:PCAView, # Output of `pca_view`
                   names, # Word of each label
                   title:str='', # Title
@@ -358,6 +354,7 @@ def calendar_prompts(cycle:str='days' # A key of `CYCLES`
     return pd.DataFrame([dict(text=CALENDAR_MATH[cycle].format(n=duration(n, unit), start=w), cycle=cycle, n=n, start=i, answer=(i + n) % m)
                          for n in range(1, m) for i, w in enumerate(words)])
 
+# %% ../../nbs/papers/18_multidim.ipynb #40cddbed
 def _cycle_of(prompts:pd.DataFrame) -> str:
     "The one cycle of a table of `calendar_prompts`."
     if not isinstance(prompts, pd.DataFrame) or not {'text', 'cycle', 'start'} <= set(prompts.columns) or prompts.empty:
@@ -381,11 +378,7 @@ def _calendar_batch(tokenizer, prompts):
         pos.append(e.index(word_ids[d][0]))
     return torch.tensor(enc), torch.tensor(pos), torch.tensor([d[0] for d in word_ids])
 
-def _last_logits(model, **kw) -> torch.Tensor:
-    "Logits at the last position: `logits_to_keep=1` where the model takes it."
-    if isinstance(model, torch.nn.Module) and 'logits_to_keep' in inspect.signature(model.forward).parameters: kw['logits_to_keep'] = 1
-    return logits_of(model(**kw))[:, -1]
-
+# %% ../../nbs/papers/18_multidim.ipynb #7036960a
 def _site(site) -> Site:
     "A layer number means its residual stream after the block (resid_post); anything else is read by `as_site`."
     return resid_post(site) if isinstance(site, int) and not isinstance(site, bool) else as_site(site)
@@ -411,9 +404,9 @@ def calendar_logits(model, # A causal LM
                 act[r, p] = new_state(act[r, p], rows).to(act)
                 return act
             kw = to_model(model, dict(input_ids=ids[rows]))
-            if site is None: lg = _last_logits(model, **kw)
+            if site is None: lg = logits_at(model, kw, -1)
             else:
-                with patch(model, {_site(site): fn}): lg = _last_logits(model, **kw)
+                with patch(model, {_site(site): fn}): lg = logits_at(model, kw, -1)
             out.append(_upcast(lg[:, word_tok.to(lg.device)]).log_softmax(-1))
     return torch.cat(out)
 
@@ -445,6 +438,7 @@ def replace_coords(h:torch.Tensor, # States (batch, d)
     b = basis.to(h)
     return h - ((h - mu.to(h)) @ b.T) @ b + coords.to(h) @ b
 
+# %% ../../nbs/papers/18_multidim.ipynb #8ea3ddda
 def circle_intervention(model, # A causal LM
                         tokenizer, # Its tokenizer
                         site, # Where to intervene at the start word: a layer (its resid_post) or a site such as 'resid_pre(0)'
@@ -482,90 +476,7 @@ def circle_intervention(model, # A causal LM
                          tv_moved=0.5 * (lp - lp0).abs().sum(-1).mean().item()))
     return pd.DataFrame(rows)
 
-# %% ../../nbs/papers/18_multidim.ipynb #a631a809
-NEAR_TEMPLATE = "The {unit} near {start} is"  # the neighbour sentences of the toy corpus
-
-def calendar_tokenizer() -> PreTrainedTokenizerFast:
-    "A word-level tokenizer of the toy corpus: the words of the arithmetic and neighbour templates, the number words, 'day(s)', 'month(s)', the day and month names, and '.'."
-    split = pre_tokenizers.Whitespace()
-    text = ' '.join([*(t.format(n='', start='') for t in CALENDAR_MATH.values()), NEAR_TEMPLATE.format(unit='', start=''), '. day days month months', *_NUMBER_WORDS, *DAYS, *MONTHS])
-    vocab = ['[PAD]', '[UNK]'] + sorted({w for w, _ in split.pre_tokenize_str(text)})
-    t = Tokenizer(tok_models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token='[UNK]'))
-    t.pre_tokenizer = split
-    return PreTrainedTokenizerFast(tokenizer_object=t, pad_token='[PAD]', unk_token='[UNK]')
-
-def calendar_split(heldout_frac:float=0.2, # Fraction of each cycle's prompts held out of training
-                   seed:int=0 # Seed of the draw
-                  ) -> tuple[pd.DataFrame, pd.DataFrame]: # (training prompts, held-out prompts): rows of `calendar_prompts` of both cycles
-    "Split the arithmetic facts (cycle, n, start) into a training and a held-out set, the same fraction of each cycle."
-    if not 0 <= heldout_frac < 1: raise ConfigError(f"heldout_frac={heldout_frac}.", "A fraction in [0, 1).", "E.g. 0.2.")
-    rng, train, held = random.Random(seed), [], []
-    for c in CYCLES:
-        P = calendar_prompts(c)
-        out = set(rng.sample(range(len(P)), int(heldout_frac * len(P))))
-        train.append(P[~P.index.isin(out)]); held.append(P[P.index.isin(out)])
-    return pd.concat(train, ignore_index=True), pd.concat(held, ignore_index=True)
-
-def near_sentence(rng:random.Random, # Source of randomness
-                  cycle:str|None=None # A key of `CYCLES`; None: a random one
-                 ) -> str:
-    "'The day near Monday is Sunday .': a word and one of its neighbours or itself (offset -1, 0 or +1, equally likely)."
-    cycle = cycle or rng.choice(list(CYCLES))
-    check_choice('cycle', cycle, CYCLES)
-    ws = CYCLES[cycle]
-    i = rng.randrange(len(ws))
-    return f"{NEAR_TEMPLATE.format(unit=cycle[:-1], start=ws[i])} {ws[(i + rng.choice((-1, 0, 1))) % len(ws)]} ."
-
-def calendar_document(prompts:pd.DataFrame, # Arithmetic facts to draw from (rows of `calendar_prompts`)
-                      rng:random.Random, # Source of randomness
-                      n_sentences:int=4, # Sentences per document
-                      near_frac:float=0.3 # Fraction of neighbour sentences; the rest are arithmetic problems with their answers
-                     ) -> str:
-    "A training document: `n_sentences` sentences, each a `near_sentence` or an arithmetic prompt followed by its answer and '.'."
-    if prompts.empty or n_sentences < 1 or not 0 <= near_frac <= 1: raise ConfigError(f"{len(prompts)} facts, n_sentences={n_sentences}, near_frac={near_frac}.", "At least one fact and one sentence; near_frac in [0, 1].", "Pass the training prompts of `calendar_split`.")
-    out = []
-    for _ in range(n_sentences):
-        if rng.random() < near_frac: out.append(near_sentence(rng))
-        else:
-            r = prompts.iloc[rng.randrange(len(prompts))]
-            out.append(f"{r.text} {CYCLES[r.cycle][r.answer]} .")
-    return ' '.join(out)
-
 # %% ../../nbs/papers/18_multidim.ipynb #ffd3cb8a
-CALENDAR_LM = dict(n_layers=2, d_model=64, n_heads=4, max_len=96)  # the shipped toy model's shape
-
-def train_calendar_lm(steps:int=4000, # AdamW steps
-                      near_frac:float=0.3, # Fraction of neighbour sentences in the documents
-                      heldout_frac:float=0.2, # Fraction of the arithmetic facts never trained on (`calendar_split`)
-                      batch_size:int=32, # Documents per step
-                      lr:float=1e-3, # Peak learning rate (100 warmup steps, then cosine)
-                      weight_decay:float=1.0, # AdamW's decoupled weight decay
-                      seed:int=0, # Seed of the model, the split and the documents
-                      progress:bool=True, # Progress bar
-                      **shape # Overrides of `CALENDAR_LM`
-                     ) -> tuple: # (model, tokenizer, FitResult)
-    "Train a tiny Llama from scratch on `calendar_document`s built from the training facts of `calendar_split`."
-    tokenizer = calendar_tokenizer()
-    train, _ = calendar_split(heldout_frac, seed)
-    model = tiny_lm('llama', vocab_size=len(tokenizer), seed=seed, **{**CALENDAR_LM, **shape})
-    def batches(step, gen):
-        rng = random.Random(int(torch.randint(0, 2**62, (1,), generator=gen)))
-        docs = [calendar_document(train, rng, near_frac=near_frac) for _ in range(batch_size)]
-        return pad_right([tokenizer(d, add_special_tokens=False)['input_ids'] for d in docs], pad_id(tokenizer))
-    res = fit(model, batches, lm_loss, steps, lr=lr, weight_decay=weight_decay, seed=seed, warmup=min(100, steps // 10), progress=progress)
-    return model.eval(), tokenizer, res
-
-def load_calendar_lm(name:str='multidim_calendar_lm' # Asset written by tools/make_multidim_calendar_lm.py
-                    ) -> tuple: # (model, tokenizer, meta): meta is the asset's JSON (shape, vocabulary, recipe, accuracies)
-    "The shipped tiny Llama trained by `train_calendar_lm`, with `calendar_tokenizer()`."
-    tensors, meta = load_asset(name)
-    tokenizer = calendar_tokenizer()
-    if meta.get('vocab') not in (None, tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
-        raise ConfigError(f"Asset {name!r} was trained with another vocabulary than today's `calendar_tokenizer()`.", "The templates changed since it was made.", "Re-run tools/make_multidim_calendar_lm.py.")
-    model = tiny_lm('llama', vocab_size=len(tokenizer), **meta['tiny_lm'])
-    model.load_state_dict(tensors)
-    return model.eval(), tokenizer, meta
-
 def calendar_accuracy(model, # A causal LM
                       tokenizer, # Its tokenizer
                       prompts:pd.DataFrame, # Rows of `calendar_prompts`, of one cycle or both
@@ -578,109 +489,6 @@ def calendar_accuracy(model, # A causal LM
         lp = calendar_logits(model, tokenizer, P, batch_size=batch_size)
         out[c] = (lp.argmax(-1).cpu() == torch.tensor(P.answer.values)).double().mean().item()
     return pd.Series(out, name='accuracy')
-
-# %% ../../nbs/papers/18_multidim.ipynb #23a467a6
-_CAL_TEMPLATES = (
-    "The meeting is on {day}, {month} {date}.", "We left on a {day} in {month} and came back the next {day2}.",
-    "Every {day} the market opens early.", "Her birthday is {month} {date}, and this year it falls on a {day}.",
-    "The report was due last {day}, but it arrived on {day2}.", "In {month} the days grow {adj}.",
-    "From {month} to {month2} the garden is {adj}.", "Classes start on {day} and end on {day2}.",
-    "It rained all through {month}.", "See you on {day} at {date} o'clock.", "The shop is closed on {day}s.",
-    "He was born on the {date}th of {month}.", "By {month2} the work was done.", "{day} morning was {adj}.",
-    "The festival runs from {day} to {day2}, {month} {date}.", "Payday is the last {day} of {month}.")
-
-def calendar_texts(n:int, # Number of sentences
-                   seed:int=0 # Seed of the sampling
-                  ) -> list[str]:
-    "`n` generated sentences about days of the week and months (text the project makes itself, to mix into SAE training data)."
-    words = dict(day=DAYS, day2=DAYS, month=MONTHS, month2=MONTHS, date=[str(i) for i in range(1, 29)], adj=['long', 'short', 'cold', 'warm', 'quiet', 'busy', 'green', 'grey'])
-    rng, out = random.Random(seed), []
-    for _ in range(n):
-        t = rng.choice(_CAL_TEMPLATES)
-        out.append(t.format(**{k: rng.choice(v) for k, v in words.items()}))
-    return out
-
-def sae_tokens(tokenizer, # Tokenizer of the model
-               n_tokens:int, # Tokens wanted (rows of `block`)
-               block:int=64, # Tokens per row
-               calendar_frac:float=0.2, # Fraction of rows made of `calendar_texts` instead of Shakespeare
-               seed:int=0 # Seed
-              ) -> torch.Tensor: # (n_tokens // block, block) token ids, rows shuffled
-    "Token rows for SAE training: Shakespeare (`interpkit.data.corpus`) mixed with rows of generated calendar sentences."
-    if not 0 <= calendar_frac < 1: raise ConfigError(f"calendar_frac={calendar_frac}.", "A fraction in [0, 1).", "E.g. 0.2.")
-    if not (isinstance(block, int) and block >= 2 and n_tokens >= block): raise ConfigError(f"n_tokens={n_tokens}, block={block}.", "block >= 2 and n_tokens >= block: at least one row.", "Ask for more tokens or shorter rows.")
-    rows = n_tokens // block
-    n_cal = int(round(rows * calendar_frac))
-    shak = corpus((rows - n_cal) * block, tokenizer, block=block, seed=seed) if rows > n_cal else torch.zeros(0, block, dtype=torch.long)
-    ids, i = [], 0
-    while len(ids) < n_cal * block:  # sentences in batches of 256, each batch with its own seed
-        for t in calendar_texts(256, seed=seed * 100_003 + i): ids += list(tokenizer.encode(' ' + t, add_special_tokens=False))
-        i += 1
-    cal = torch.tensor(ids[:n_cal * block], dtype=torch.long).view(n_cal, block)
-    allr = torch.cat([shak, cal])
-    return allr[torch.randperm(len(allr), generator=torch.Generator().manual_seed(seed))]
-
-# %% ../../nbs/papers/18_multidim.ipynb #4bd61e4c
-def lm_sae_activations(model, # A language model
-                       tokenizer, # Its tokenizer
-                       site='resid_post(6)', # Where to read activations
-                       n_tokens:int=64_000, # Tokens of text (see `sae_tokens`)
-                       block:int=64, # Tokens per row of text
-                       calendar_frac:float=0.2, # Fraction of calendar rows
-                       seed:int=0, # Seed of the text
-                       batch_size:int=32 # Rows of text per forward pass
-                      ) -> torch.Tensor: # (rows * (block - 1), d) activations, float32 on the CPU (position 0 of each row dropped)
-    "The SAE's training data: `site`'s activations on the rows of `sae_tokens`, streamed one forward pass at a time."
-    ids = sae_tokens(tokenizer, n_tokens, block, calendar_frac, seed)
-    return torch.cat(list(stream_activations(model, ids, site, batch_size=batch_size)))
-
-def heldout_split(acts:torch.Tensor, # Activations (n, d)
-                  frac:float=0.05 # Fraction held out: the last rows
-                 ) -> tuple[torch.Tensor, torch.Tensor]: # (training rows, held-out rows)
-    "Split activations into training rows and the last `frac` of them, held out (at least 2)."
-    if not 0 < frac < 1: raise ConfigError(f"frac={frac}.", "A fraction in (0, 1).", "E.g. 0.05.")
-    n_test = max(2, int(len(acts) * frac + 1e-9))
-    if n_test >= len(acts): raise ConfigError(f"{len(acts)} rows: holding out {n_test} leaves none to train on.", "More rows than the held-out part.", "Give more tokens.")
-    return acts[:-n_test], acts[-n_test:]
-
-def train_lm_sae(model, # A language model
-                 tokenizer, # Its tokenizer
-                 site='resid_post(8)', # Where to read activations
-                 n_tokens:int=300_000, # Training tokens (see `sae_tokens`)
-                 d_sae:int=1024, # Features
-                 k:int=32, # Active features per token (top-k SAE)
-                 steps:int=4000, # Optimizer steps
-                 batch_size:int=1024, # Activations per optimizer step
-                 lr:float=1e-3, # Peak learning rate
-                 block:int=64, # Tokens per row of text
-                 calendar_frac:float=0.2, # Fraction of calendar rows
-                 forward_batch:int=32, # Rows of text per forward pass of the model
-                 heldout_frac:float=0.05, # Fraction of the activations (the last ones) left out of training, see `heldout_split`
-                 seed:int=0, # Seed
-                 progress:bool=True # Progress bar
-                ) -> tuple: # (sae on the model's device, None, FitResult)
-    "Recipe of the shipped SAE: `lm_sae_activations`, hold out the last `heldout_frac` of them (`heldout_split`), train a top-k SAE on the rest."
-    acts = lm_sae_activations(model, tokenizer, site, n_tokens, block, calendar_frac, seed, forward_batch)
-    train, _ = heldout_split(acts, heldout_frac)
-    sae = SAE(acts.shape[1], d_sae, 'topk', k=k, seed=seed).to(model_device(model))  # trained where the model is (in float32); the activations follow it batch by batch
-    return sae, None, train_sae(sae, train, steps, batch_size, lr, seed=seed, progress=progress)
-
-def load_multidim_sae(name:str='multidim_sae' # Asset written by `tools/make_multidim_assets.py`
-                     ) -> tuple: # (sae, None, meta): meta is the asset's JSON sidecar (config, held-out metrics)
-    "The shipped top-k SAE of SmolLM2-135M-Instruct's residual stream (float16 weights, loaded as float32)."
-    tensors, meta = load_asset(name)
-    cfg = meta['config']
-    sae = SAE(meta['d_in'], cfg['d_sae'], meta.get('kind', 'topk'), k=cfg['k'])
-    sae.load_state_dict({k: v.float() for k, v in tensors.items()})
-    return sae.eval(), None, meta
-
-# %% ../../nbs/papers/18_multidim.ipynb #ea594430
-def load_large_sae_summary(folder=None # Where to look; None: the package's assets
-                          ) -> dict:
-    "The summary that `tools/make_multidim_large_sae.py` writes for its 4096-feature SAE of SmolLM2 (settings, metrics, cluster table, calendar features and their 2-D points)."
-    path = Path(folder or assets_dir()) / 'multidim_large_sae.json'
-    if not path.exists(): raise AssetNotFound(f"No {path.name} in {path.parent}.", "The summary `tools/make_multidim_large_sae.py` writes.", "Run `python tools/make_multidim_large_sae.py` (about 20 minutes on one CPU thread).")
-    return json.loads(path.read_text())
 
 # %% ../../nbs/papers/18_multidim.ipynb #10303500
 def angular_similarity(d:torch.Tensor # Directions (m, d)

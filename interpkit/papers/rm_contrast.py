@@ -9,21 +9,18 @@ from dataclasses import dataclass
 import numpy as np, pandas as pd, torch
 from rapidfuzz.distance import Levenshtein
 from scipy.stats import spearmanr
-from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, closest
-from ..models import chat_replies, check_batch_size, check_causal_lm, embed, evaluating, load_encoder, padding, to_model
+from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_int, closest, moved, renamed
+from ..models import chat_replies, chat_text, check_batch_size, check_causal_lm, embed, evaluating, padding, to_model
 from ..results import result
-from ..train import load_asset
 from ..viz import heatmap
 
 # %% auto #0
 __all__ = ['POOLINGS', 'RESPONSE_ATTRIBUTES', 'STEP1_TEMPLATE', 'STEP2_TEMPLATE', 'SIDES', 'EDITORS', 'POLE_DESCRIPTIONS',
-           'RESPONSE_TEMPLATE', 'TOPICS', 'PLANTED', 'RM_ASSET', 'PreferencePair', 'as_comparisons', 'rewards',
-           'classifier_reward', 'head_reward', 'head_features', 'train_reward_head', 'Span', 'Attribute', 'attribute',
-           'SpanEditor', 'rewrite_prompts', 'LMRewriter', 'random_edit', 'syntactic_distance', 'semantic_distances',
-           'orient', 'perturbations', 'Explanation', 'explain', 'coverage', 'sensitivity', 'local_sensitivity',
-           'representatives', 'representatives_null', 'lexicon_detector', 'DescriptionDetector', 'detector_shifts',
-           'revalidate', 'detector_agreement', 'perturbation_view', 'plot_sensitivity', 'demo_response', 'demo_prompt',
-           'attribute_levels', 'planted_reward', 'demo_comparisons', 'RMDemo', 'demo_heldout', 'load_rm_demo']
+           'PreferencePair', 'as_comparisons', 'rewards', 'classifier_reward', 'head_reward', 'head_features', 'Span',
+           'Attribute', 'attribute', 'SpanEditor', 'rewrite_prompts', 'LMRewriter', 'random_edit', 'syntactic_distance',
+           'semantic_distances', 'orient', 'perturbations', 'Explanation', 'explain', 'coverage', 'sensitivity',
+           'local_sensitivity', 'representatives', 'representatives_null', 'lexicon_detector', 'DescriptionDetector',
+           'detector_shifts', 'revalidate', 'detector_agreement', 'perturbation_view', 'plot_sensitivity']
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #6d6e8a7f
 @dataclass(frozen=True)
@@ -54,7 +51,8 @@ def as_comparisons(data # `PreferencePair`s, (prompt, chosen, rejected) tuples, 
     return out
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #a8174e29
-def rewards(reward_model, # A callable `(prompts, responses) -> scores`: one scalar per pair
+@renamed(reward_model='model')
+def rewards(model, # The reward model: a callable `(prompts, responses) -> scores`, one scalar per pair
             prompts:list[str], # The prompts x
             responses:list[str], # One response per prompt
             batch_size:int=32 # Pairs per call
@@ -65,7 +63,7 @@ def rewards(reward_model, # A callable `(prompts, responses) -> scores`: one sca
     out = []
     for i in range(0, len(prompts), batch_size):
         p, r = list(prompts[i:i+batch_size]), list(responses[i:i+batch_size])
-        s = reward_model(p, r)
+        s = model(p, r)
         s = (s.detach().to('cpu', torch.float64).numpy() if torch.is_tensor(s) else np.asarray(s, dtype=np.float64)).reshape(-1)
         if s.shape != (len(p),): raise ShapeError(f"The reward model returned {s.size} scores for {len(p)} pairs.", "One scalar per (prompt, response) pair.", "Return shape (batch,), e.g. logits[:, 0].")
         bad = np.flatnonzero(~np.isfinite(s))
@@ -73,12 +71,11 @@ def rewards(reward_model, # A callable `(prompts, responses) -> scores`: one sca
         out.append(s)
     return np.concatenate(out) if out else np.zeros(0)
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #ed4b27cd
 def _texts(tokenizer, prompts, responses, template):
     "Tokenizer inputs for (prompt, response) pairs: a text pair, a chat transcript, or a format string."
     if template is None: return dict(text=list(prompts), text_pair=list(responses))
-    if template == 'chat':
-        return dict(text=[tokenizer.apply_chat_template([{'role': 'user', 'content': p}, {'role': 'assistant', 'content': r}], tokenize=False)
-                          for p, r in zip(prompts, responses)])
+    if template == 'chat': return dict(text=[chat_text(tokenizer, p, r, fallback=None) for p, r in zip(prompts, responses)])
     return dict(text=[template.format(prompt=p, response=r) for p, r in zip(prompts, responses)])
 
 def _formats(template) -> bool:
@@ -99,6 +96,13 @@ class _Reward:
             return self.score(to_model(self.model, dict(enc))).float()
     def __repr__(self): return f"{self.name}({type(self.model).__name__}, template={self.template!r})"
 
+def _with_pad(tokenizer):
+    "A copy of a tokenizer that pads with its end-of-sequence token (the caller's stays as it was)."
+    import copy
+    t = copy.deepcopy(tokenizer)
+    t.pad_token = t.eos_token
+    return t
+
 def classifier_reward(model, # A `transformers` sequence-classification model with one label (a reward model)
                       tokenizer, # Its tokenizer
                       template:str|None=None, # None: (prompt, response) as a text pair; 'chat': the chat template; or 'Q: {prompt} A: {response}'
@@ -112,6 +116,7 @@ def classifier_reward(model, # A `transformers` sequence-classification model wi
         tokenizer = _with_pad(tokenizer)
     return _Reward('classifier_reward', model, tokenizer, lambda enc: model(**enc).logits[:, 0], template, max_length)
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #f285faf3
 POOLINGS = ('last', 'mean')
 
 def _pool(h:torch.Tensor, mask:torch.Tensor, pooling:str) -> torch.Tensor:
@@ -120,9 +125,10 @@ def _pool(h:torch.Tensor, mask:torch.Tensor, pooling:str) -> torch.Tensor:
     return (h*mask.unsqueeze(-1).to(h.dtype)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1).to(h.dtype)
 
 
+@renamed(head='readout')
 def head_reward(model, # Any `transformers` model that returns hidden states: a causal LM, or an encoder
                 tokenizer, # Its tokenizer (one without a pad token pads with end-of-sequence)
-                head, # A module mapping (batch, d) to (batch, 1) or (batch,), e.g. `nn.Linear(d, 1)`
+                readout, # A module mapping (batch, d) to (batch, 1) or (batch,), e.g. `nn.Linear(d, 1)`
                 pooling:str='last', # 'last': the last real token (causal LMs); 'mean': the mean over real tokens (encoders)
                 template:str|None=None, # As in `classifier_reward`
                 max_length:int=512 # Longer inputs are truncated
@@ -132,21 +138,14 @@ def head_reward(model, # Any `transformers` model that returns hidden states: a 
     def score(enc):
         h = model(**enc, output_hidden_states=True).hidden_states[-1]
         pooled = _pool(h, enc['attention_mask'], pooling)
-        p = next(iter(head.parameters()), None) if isinstance(head, torch.nn.Module) else None
-        with evaluating(head): out = head(pooled.to(p.dtype) if p is not None else pooled)
+        p = next(iter(readout.parameters()), None) if isinstance(readout, torch.nn.Module) else None
+        with evaluating(readout): out = readout(pooled.to(p.dtype) if p is not None else pooled)
         if out.dim() == 2 and out.shape[1] == 1: out = out[:, 0]
-        if out.shape != (h.shape[0],): raise ShapeError(f"The head returned shape {tuple(out.shape)} for {h.shape[0]} sequences.", "(batch,) or (batch, 1).", "End the head in a one-output layer.")
+        if out.shape != (h.shape[0],): raise ShapeError(f"The readout returned shape {tuple(out.shape)} for {h.shape[0]} sequences.", "(batch,) or (batch, 1).", "End the readout in a one-output layer.")
         return out
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer = _with_pad(tokenizer)
     return _Reward('head_reward', model, tokenizer, score, template, max_length)
-
-def _with_pad(tokenizer):
-    "A copy of a tokenizer that pads with its end-of-sequence token (the caller's stays as it was)."
-    import copy
-    t = copy.deepcopy(tokenizer)
-    t.pad_token = t.eos_token
-    return t
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #023a14e5
 def head_features(model, # As in `head_reward`
@@ -167,24 +166,6 @@ def head_features(model, # As in `head_reward`
     if len(prompts) != len(responses): raise ShapeError(f"{len(prompts)} prompts and {len(responses)} responses.", "One response per prompt.", "Pair them up first.")
     out = [f(prompts[i:i+batch_size], responses[i:i+batch_size]).cpu() for i in range(0, len(prompts), batch_size)]
     return torch.cat(out) if out else torch.zeros(0, model.config.hidden_size)
-
-def train_reward_head(chosen:torch.Tensor, # (n, d) features of the preferred responses
-                      rejected:torch.Tensor, # (n, d) features of the others
-                      steps:int=300, # Optimizer steps (full batch)
-                      lr:float=0.01, # AdamW learning rate
-                      weight_decay:float=0.0, # AdamW weight decay
-                      seed:int=0 # Seeds the initialisation
-                     ) -> torch.nn.Linear:
-    "A linear scalar head trained with the Bradley-Terry loss -log σ(r(y_c) - r(y_r)) on fixed features."
-    from interpkit.train import fit
-    if chosen.shape != rejected.shape or chosen.dim() != 2 or not len(chosen):
-        raise ShapeError(f"chosen {tuple(chosen.shape)} and rejected {tuple(rejected.shape)}.", "Two (n, d) tensors of the same shape, n >= 1.", "Use head_features on both sides.")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        head = torch.nn.Linear(chosen.shape[1], 1, device=chosen.device)
-    c, r = chosen.float(), rejected.float()
-    fit(head, [None], lambda h, _: -torch.nn.functional.logsigmoid(h(c) - h(r)).mean(), steps, lr=lr, weight_decay=weight_decay, seed=seed, progress=False)
-    return head.eval().requires_grad_(False)
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #0179b679
 def _phrase_regex(phrases):
@@ -209,6 +190,7 @@ class Span:
     text: str
     pole: int
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #66e1d406
 @dataclass(frozen=True)
 class Attribute:
     "A response attribute with a lexicon of (low, high) phrase pairs: high is better on the attribute."
@@ -239,6 +221,7 @@ class Attribute:
             last = s.end
         return ''.join(out + [text[last:]])
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #e90c9a1a
 RESPONSE_ATTRIBUTES = (
     Attribute('politeness', 'courteous, considerate wording', (("Listen.", "Thanks for asking."), ("just", "please"),
                                                                ("Figure the rest out yourself.", "I hope this helps."))),
@@ -279,6 +262,7 @@ def rewrite_prompts(prompt:str, response:str, attribute:Attribute, direction:int
     return (STEP1_TEMPLATE.format(prompt=prompt, response=response, name=attribute.name, description=attribute.description),
             STEP2_TEMPLATE.format(overall='better' if direction > 0 else 'worse', name=attribute.name))
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #85a370fc
 def _clean_reply(reply:str, original:str) -> str|None:
     "A rewrite as the text itself: quotes and a 'Rewritten response:' lead-in stripped; None if empty or unchanged."
     t = re.sub(r'^\s*(?:\*\*)?(?:rewritten response|response)(?:\*\*)?\s*:\s*', '', reply.strip(), flags=re.IGNORECASE).strip().strip('"').strip()
@@ -312,42 +296,44 @@ class LMRewriter:
 # %% ../../nbs/papers/04_rm_contrast.ipynb #9ca866e2
 _WORD = re.compile(r"\S+")
 
+@renamed(pool='words')
 def random_edit(original:str, # The text to edit
                 edited:str, # An attribute rewrite of it: the random edit has the same word-level size
                 attribute:Attribute|None=None, # Its phrases are left alone (the edit is not about it)
-                pool:list[str]|None=None, # Words to insert; None: the words of `original`
+                words:list[str]|None=None, # Words to insert; None: the words of `original` outside the attribute's phrases
                 seed:int=0 # Seeds the positions and words
                ) -> str:
     "A random, non-attribute edit of `original` as large as `edited`: each changed run of words is replayed at a random place outside the attribute's phrases."
     a, b = _WORD.findall(original), _WORD.findall(edited)
     ops = [(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if tag != 'equal']
     if not ops: return original
-    words = list(a)
+    out = list(a)
     protected = set()
     if attribute is not None:
         starts = [m.start() for m in _WORD.finditer(original)]
         for s in attribute.spans(original):
             protected |= {k for k, st in enumerate(starts) if s.start <= st < s.end}
-    free = [k for k in range(len(words)) if k not in protected]
-    rng, pool = random.Random(seed), list(pool or [words[k] for k in free] or a)
+    free = [k for k in range(len(out)) if k not in protected]
+    rng, words = random.Random(seed), list(words or [out[k] for k in free] or a)
     for n_del, n_ins in ops:
         fs = set(free)
-        runs = [k for k in free + [len(words)] if all(k + j in fs for j in range(n_del))]   # a whole free run of n_del words (or an insertion point)
-        if not runs: raise ConfigError(f"No run of {n_del} free words in a text of {len(words)}.", "A random edit as large as the attribute edit must fit outside its phrases.", "Use longer texts.")
+        runs = [k for k in free + [len(out)] if all(k + j in fs for j in range(n_del))]   # a whole free run of n_del words (or an insertion point)
+        if not runs: raise ConfigError(f"No run of {n_del} free words in a text of {len(out)}.", "A random edit as large as the attribute edit must fit outside its phrases.", "Use longer texts.")
         k = rng.choice(runs)
-        words[k:k+n_del] = [rng.choice(pool) for _ in range(n_ins)]
+        out[k:k+n_del] = [rng.choice(words) for _ in range(n_ins)]
         shift = n_ins - n_del
         free = [f if f < k else f + shift for f in free if not k <= f < k + n_del]
-    return ' '.join(words)
+    return ' '.join(out)
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #fe5d02d1
 def syntactic_distance(a:str, b:str) -> float:
     "Normalised character edit distance: Levenshtein(a, b) / max(len a, len b), in [0, 1]."
     return float(Levenshtein.normalized_distance(a, b))
 
+@renamed(encoder='embedder')
 def semantic_distances(a:list[str], # Texts
                        b:list[str], # The texts to compare them with, pairwise
-                       encoder=None, # A text encoder; None: all-MiniLM-L6-v2
+                       embedder=None, # The sentence encoder; None: all-MiniLM-L6-v2
                        tokenizer=None, # Its tokenizer
                        batch_size:int=32 # Texts per forward pass
                       ) -> np.ndarray: # (n,) 1 - cosine similarity
@@ -355,7 +341,7 @@ def semantic_distances(a:list[str], # Texts
     if len(a) != len(b): raise ShapeError(f"{len(a)} and {len(b)} texts.", "Two lists of the same length.", "Pair them up first.")
     if not len(a): return np.zeros(0)
     uniq = sorted(set(a) | set(b))
-    e = embed(uniq, encoder, tokenizer, batch_size=batch_size).double().cpu()
+    e = embed(embedder, uniq, tokenizer, batch_size=batch_size).double().cpu()
     at = {t: i for i, t in enumerate(uniq)}
     ia, ib = torch.tensor([at[t] for t in a]), torch.tensor([at[t] for t in b])
     return (1 - (e[ia]*e[ib]).sum(-1)).clamp(min=0).numpy()
@@ -364,25 +350,30 @@ def semantic_distances(a:list[str], # Texts
 SIDES = ('chosen', 'rejected', 'both')
 EDITORS = ('attribute', 'random')
 
-def _score_pairs(reward_model, pairs, batch_size:int, scored:dict|None=None) -> dict:
+def _score_pairs(model, pairs, batch_size:int, scored:dict|None=None) -> dict:
     "`scored` (a copy) with the reward of every distinct (prompt, response) in `pairs` it lacks: each pair is scored once, ever."
     scored = dict(scored or {})
     todo = sorted(set(pairs) - set(scored))
-    scored.update(zip(todo, rewards(reward_model, [p for p, _ in todo], [y for _, y in todo], batch_size)))
+    scored.update(zip(todo, rewards(model, [p for p, _ in todo], [y for _, y in todo], batch_size)))
     return scored
 
-def _orient(reward_model, comparisons, batch_size):
+def _orient(model, comparisons, batch_size):
     "`orient`, and the rewards it scored: {(prompt, response): reward}."
     cs = as_comparisons(comparisons)
-    r = _score_pairs(reward_model, [(c.prompt, y) for c in cs for y in (c.chosen, c.rejected)], batch_size)
+    r = _score_pairs(model, [(c.prompt, y) for c in cs for y in (c.chosen, c.rejected)], batch_size)
     m = np.array([r[c.prompt, c.chosen] - r[c.prompt, c.rejected] for c in cs])
     swap = m < 0
     return [c.swapped() if s else c for c, s in zip(cs, swap)], np.abs(m), swap, r
 
-def orient(reward_model, comparisons, batch_size:int=32) -> tuple[list[PreferencePair], np.ndarray, np.ndarray]:
+@renamed(reward_model='model')
+def orient(model, # The reward model: a callable `(prompts, responses) -> scores`
+           comparisons, # `PreferencePair`s or (prompt, chosen, rejected) triples
+           batch_size:int=32 # Pairs per call
+          ) -> tuple[list[PreferencePair], np.ndarray, np.ndarray]:
     "Each comparison with `chosen` the response the reward model prefers, the margin r(x, y_c) - r(x, y_r) >= 0, and whether it was swapped (each distinct pair scored once)."
-    return _orient(reward_model, comparisons, batch_size)[:3]
+    return _orient(model, comparisons, batch_size)[:3]
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #8c3a25ee
 def perturbations(comparisons, # Comparisons (oriented: `chosen` is what the reward model prefers)
                   attributes=RESPONSE_ATTRIBUTES, # Attributes, or their names
                   rewriter=None, # A rewriter `(texts, attribute, direction, prompts) -> texts or None`; None: `SpanEditor()`
@@ -420,6 +411,7 @@ def perturbations(comparisons, # Comparisons (oriented: `chosen` is what the rew
                     rows.append(dict(row, editor='random', chosen=rc, rejected=rr, valid=valid and (rc != c.chosen or side == 'rejected') and (rr != c.rejected or side == 'chosen')))
     return pd.DataFrame(rows, columns=['comparison', 'attribute', 'side', 'editor', 'valid', 'chosen', 'rejected'])
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #14019709
 @result
 class Explanation:
     "Contrastive explanations of a reward model's preferences: every perturbed comparison, scored."
@@ -427,6 +419,10 @@ class Explanation:
     margins: np.ndarray
     swapped: np.ndarray
     table: pd.DataFrame
+    @classmethod
+    def from_table(cls, comparisons, margins, swapped, table:pd.DataFrame) -> Explanation:
+        "An explanation from a table of scored perturbations (`valid`, `new_margin`): its counterfactuals and semifactuals marked."
+        return cls(comparisons, margins, swapped, _flags(table.copy()))
     def of(self, editor:str='attribute') -> pd.DataFrame:
         "The rows of one editor."
         check_choice('editor', editor, sorted(self.table.editor.unique()))
@@ -438,33 +434,34 @@ def _flags(t:pd.DataFrame) -> pd.DataFrame:
     t['semifactual'] = t.valid & (t.new_margin >= 0)
     return t
 
-def explain(reward_model, # A callable `(prompts, responses) -> rewards` (see `classifier_reward`, `head_reward`)
+# %% ../../nbs/papers/04_rm_contrast.ipynb #d4abc64f
+@renamed(reward_model='model', encoder='embedder', tokenizer='embedder_tokenizer')
+def explain(model, # The reward model explained: a callable `(prompts, responses) -> rewards` (see `classifier_reward`, `head_reward`)
             comparisons, # `PreferencePair`s or (prompt, chosen, rejected) triples
             attributes=RESPONSE_ATTRIBUTES, # Attributes, or their names
             rewriter=None, # None: `SpanEditor()`
             sides=SIDES, # Sides to perturb
             baseline:bool=False, # Also random edits of the same size
-            encoder=None, # Encoder for the semantic distance; None: all-MiniLM-L6-v2; False: skip it
-            tokenizer=None, # The encoder's tokenizer
+            embedder=None, # The sentence encoder of the semantic distance; None: all-MiniLM-L6-v2; False: skip it
+            embedder_tokenizer=None, # Its tokenizer
             batch_size:int=32, # Pairs per reward-model call and texts per encoder pass
             seed:int=0 # Seeds the random edits
            ) -> Explanation:
     "Score every perturbation of every comparison: the new margin, counterfactual (the preference flips) or semifactual (it holds although the attribute moved toward flipping), and locality."
-    cs, m0, swap, r = _orient(reward_model, comparisons, batch_size)
+    cs, m0, swap, r = _orient(model, comparisons, batch_size)
     t = perturbations(cs, attributes, rewriter, sides, baseline, seed)
     prompts = [cs[i].prompt for i in t.comparison]
-    r = _score_pairs(reward_model, [(p, y) for p, yc, yr in zip(prompts, t.chosen, t.rejected) for y in (yc, yr)], batch_size, r)   # the originals' rewards are reused
+    r = _score_pairs(model, [(p, y) for p, yc, yr in zip(prompts, t.chosen, t.rejected) for y in (yc, yr)], batch_size, r)   # the originals' rewards are reused
     t['margin'] = m0[t.comparison.to_numpy()]
     t['new_margin'] = [r[p, yc] - r[p, yr] for p, yc, yr in zip(prompts, t.chosen, t.rejected)]
     oc, orr = [cs[i].chosen for i in t.comparison], [cs[i].rejected for i in t.comparison]
     edited = [[(n, o) for n, o in zip(new, old) if n != o] for new, old in zip(zip(t.chosen, t.rejected), zip(oc, orr))]
     t['syntactic'] = [float(np.mean([syntactic_distance(n, o) for n, o in e])) if e else 0.0 for e in edited]
-    if encoder is not False:
+    if embedder is not False:
         flat = [p for e in edited for p in e]
-        d = iter(semantic_distances([n for n, _ in flat], [o for _, o in flat], encoder, tokenizer, batch_size))
+        d = iter(semantic_distances([n for n, _ in flat], [o for _, o in flat], embedder, embedder_tokenizer, batch_size))
         t['semantic'] = [float(np.mean([next(d) for _ in e])) if e else 0.0 for e in edited]
-    t = _flags(t)
-    return Explanation(cs, m0, swap, t)
+    return Explanation.from_table(cs, m0, swap, t)
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #55ac6215
 def coverage(explanation:Explanation, # From `explain`
@@ -504,6 +501,7 @@ def local_sensitivity(explanation:Explanation, # From `explain`
     "Per comparison (rows) and attribute (columns): the mean margin lost by its valid perturbations (NaN where there was none)."
     return _valid_shifts(explanation, editor, sides).pivot_table(index='comparison', columns='attribute', values='shift', aggfunc='mean')
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #26889913
 def _local_rhos(glob:pd.Series, loc:pd.DataFrame, min_attributes:int, values=None) -> list:
     "(comparison, Spearman rho of its local shifts with `glob`, number of attributes) for each comparison with enough distinct shifts; `values` maps a row's shifts (e.g. a shuffle)."
     rows = []
@@ -514,33 +512,35 @@ def _local_rhos(glob:pd.Series, loc:pd.DataFrame, min_attributes:int, values=Non
         rows.append((i, round(float(spearmanr(x, glob[r.index].to_numpy()).statistic), 12), len(r)))   # rounded: exact ties go by index
     return rows
 
+@renamed(k='top_k')
 def representatives(explanation:Explanation, # From `explain`
-                    k:int=3, # How many comparisons
+                    top_k:int=3, # How many comparisons, the best first
                     editor:str='attribute', # Which editor's rows
                     sides=('chosen', 'rejected'), # Sides pooled
                     min_attributes:int=3 # Comparisons with fewer perturbed attributes are skipped
                    ) -> pd.DataFrame:
-    "The `k` comparisons whose local ranking of attributes (margin lost) agrees best with the global one (Spearman), best first."
+    "The `top_k` comparisons whose local ranking of attributes (margin lost) agrees best with the global one (Spearman), best first."
+    check_int('top_k', top_k, todo='E.g. top_k=3.')
     rows = _local_rhos(sensitivity(explanation, editor, sides)['shift'], local_sensitivity(explanation, editor, sides), min_attributes)
     out = pd.DataFrame(rows, columns=['comparison', 'rho', 'n_attributes'])
-    return out.sort_values(['rho', 'comparison'], ascending=[False, True]).head(k).reset_index(drop=True)
+    return out.sort_values(['rho', 'comparison'], ascending=[False, True]).head(top_k).reset_index(drop=True)
 
+@renamed(k='top_k')
 def representatives_null(explanation:Explanation, # From `explain`
-                         k:int=3, # As in `representatives`
+                         top_k:int=3, # As in `representatives`
                          n_permutations:int=200, # Shuffles
                          editor:str='attribute', # Which editor's rows
                          sides=('chosen', 'rejected'), # Sides pooled
                          min_attributes:int=3, # As in `representatives`
                          seed:int=0 # Seeds the shuffles
-                        ) -> np.ndarray: # (n_permutations,) mean rho of the top k under each shuffle
-    "What `representatives` finds by chance: the mean rho of its top `k` when each comparison's shifts are shuffled among its own attributes."
-    if isinstance(n_permutations, bool) or not (isinstance(n_permutations, (int, np.integer)) and n_permutations >= 1):
-        raise ConfigError(f"n_permutations={n_permutations!r}.", "A positive integer.", "E.g. n_permutations=200.")
+                        ) -> np.ndarray: # (n_permutations,) mean rho of the top `top_k` under each shuffle
+    "What `representatives` finds by chance: the mean rho of its top `top_k` when each comparison's shifts are shuffled among its own attributes."
+    check_int('top_k', top_k, todo='E.g. top_k=3.'); check_int('n_permutations', n_permutations, todo='E.g. n_permutations=200.')
     glob, loc = sensitivity(explanation, editor, sides)['shift'], local_sensitivity(explanation, editor, sides)
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n_permutations):
-        rhos = sorted((rho for _, rho, _ in _local_rhos(glob, loc, min_attributes, rng.permutation)), reverse=True)[:k]
+        rhos = sorted((rho for _, rho, _ in _local_rhos(glob, loc, min_attributes, rng.permutation)), reverse=True)[:top_k]
         out.append(float(np.mean(rhos)) if rhos else float('nan'))
     return np.array(out)
 
@@ -564,19 +564,20 @@ def lexicon_detector(texts:list[str], # Texts
 
 class DescriptionDetector:
     "An attribute detector that shares nothing with the lexicon: cos(e(y), e(high description)) - cos(e(y), e(low description)) of sentence embeddings."
+    @renamed(encoder='embedder')
     def __init__(self, descriptions:dict=POLE_DESCRIPTIONS, # {attribute name: (low description, high description)}
-                 encoder=None, # A text encoder; None: all-MiniLM-L6-v2
+                 embedder=None, # The sentence encoder; None: all-MiniLM-L6-v2
                  tokenizer=None, # Its tokenizer
                  batch_size:int=32 # Texts per forward pass
                 ):
         bad = [k for k, v in dict(descriptions).items() if not (isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(d, str) and d.strip() for d in v))]
         if bad: raise ConfigError(f"The descriptions of {bad} are not (low, high) pairs of texts.", "{attribute name: (low description, high description)}.", "Describe each pole in a few words.")
         check_batch_size(batch_size)
-        self.descriptions, self.encoder, self.tokenizer, self.batch_size, self._e = dict(descriptions), encoder, tokenizer, batch_size, {}
+        self.descriptions, self.embedder, self.tokenizer, self.batch_size, self._e = dict(descriptions), embedder, tokenizer, batch_size, {}
     def embeddings(self, texts:list[str]) -> torch.Tensor:
         "Unit sentence embeddings (float64, on the CPU) of `texts`; each distinct text is embedded once and kept."
         todo = sorted(set(texts) - set(self._e))
-        if todo: self._e.update(zip(todo, embed(todo, self.encoder, self.tokenizer, batch_size=self.batch_size).double().cpu()))
+        if todo: self._e.update(zip(todo, embed(self.embedder, todo, self.tokenizer, batch_size=self.batch_size).double().cpu()))
         return torch.stack([self._e[t] for t in texts])
     def __call__(self, texts:list[str], attribute) -> np.ndarray:
         name = getattr(attribute, 'name', attribute)
@@ -587,6 +588,7 @@ class DescriptionDetector:
         return (self.embeddings(texts) @ (hi - lo)).numpy()
     def __repr__(self): return f"DescriptionDetector({len(self.descriptions)} attributes)"
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #d034fad1
 def _detected(detector, texts, attribute) -> dict:
     "{text: the detector's score} over the distinct `texts`; a wrong count or a non-finite score raises."
     texts = sorted(set(texts))
@@ -613,6 +615,7 @@ def detector_shifts(explanation:Explanation, # From `explain`
             out[k][e] = [s[n] - s[o] for n, o in zip(new[k][e], old[k][e])]
     return pd.DataFrame({'d_chosen': out['chosen'], 'd_rejected': out['rejected']}, index=t.index)
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #923cd12e
 def _revalidated(explanation:Explanation, d_chosen, d_rejected) -> Explanation:
     "The explanation with validity from detector shifts: every response the side edits moved toward flipping (chosen down, rejected up)."
     t, cs = explanation.table.copy(), explanation.comparisons
@@ -624,16 +627,19 @@ def _revalidated(explanation:Explanation, d_chosen, d_rejected) -> Explanation:
     if 'valid_lexicon' not in t: t['valid_lexicon'] = t['valid']
     t['d_chosen'], t['d_rejected'] = d_chosen, d_rejected
     t['valid'] = np.where(t.side == 'chosen', ok_c, np.where(t.side == 'rejected', ok_r, ok_c & ok_r))
-    return Explanation(cs, explanation.margins, explanation.swapped, _flags(t))
+    return Explanation.from_table(cs, explanation.margins, explanation.swapped, t)
 
 def revalidate(explanation:Explanation, # From `explain`
-               detector, # `(texts, attribute) -> scores`, e.g. `DescriptionDetector()`
+               detector, # `(texts, attribute) -> scores`, e.g. `DescriptionDetector()`; or its shifts already measured (`detector_shifts`)
                attributes=RESPONSE_ATTRIBUTES # Where the explanation's attribute names are looked up
               ) -> Explanation:
     "The explanation judged by another detector: a perturbation is valid when every response its side edits moved toward flipping on it; `valid_lexicon` keeps the first verdict."
-    d = detector_shifts(explanation, detector, attributes)
+    d = detector if isinstance(detector, pd.DataFrame) else detector_shifts(explanation, detector, attributes)
+    if not {'d_chosen', 'd_rejected'} <= set(d.columns):
+        raise ConfigError(f"The shifts have the columns {list(d.columns)}.", "A DataFrame with d_chosen and d_rejected, one row per perturbation.", "Use detector_shifts.")
     return _revalidated(explanation, d.d_chosen.to_numpy(), d.d_rejected.to_numpy())
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #70d1b5c8
 def detector_agreement(detector, # `(texts, attribute) -> scores`
                        texts:list[str], # Held-out texts that carry the attributes' phrases
                        attributes=RESPONSE_ATTRIBUTES, # Attributes to edit
@@ -686,108 +692,7 @@ def plot_sensitivity(profiles:dict, # {reward-model name: `sensitivity` table}
     if planted: rows |= {f'{k} (planted)': pd.Series(planted[k]).reindex(attrs) / max(planted[k].values()) for k in planted}
     return heatmap(pd.DataFrame(rows).T, title='Global sensitivity per attribute', annotate=True)
 
-# %% ../../nbs/papers/04_rm_contrast.ipynb #c30c07a8
-RESPONSE_TEMPLATE = ("{formality0} {politeness0} {directness0} the fix is simple. {politeness1} {action} the {object} for {specificity0}, "
-                     "{conciseness0} it clears the old settings. Before you start, {harmlessness0} and {harmlessness1}. "
-                     "{correctness0} this {correctness1} method {directness1} work. This is {formality1} take {specificity1}, "
-                     "and the result should be {enthusiasm0}. You can carry on {conciseness1}. {enthusiasm1} {politeness2}")
-TOPICS = (("reset my router", "hold", "reset button"), ("update my phone", "open", "update menu"), ("clean my laptop fan", "blow air into", "fan vent"),
-          ("fix a squeaky door", "oil", "door hinge"), ("restart the printer", "press", "power switch"), ("clear my browser cache", "open", "privacy panel"),
-          ("calibrate my monitor", "open", "colour panel"), ("reset my smart watch", "hold", "side button"), ("unclog the sink", "pour hot water into", "drain"),
-          ("defrost the freezer", "unplug", "freezer cable"), ("pair my headphones", "hold", "pairing key"), ("descale the kettle", "fill", "kettle base"))
-
-def _sentence_case(text:str) -> str:
-    "Capitalise the first letter of the text and of every sentence."
-    return re.sub(r'(^|[.!?]\s+)([a-z])', lambda m: m.group(1) + m.group(2).upper(), text)
-
-def demo_response(topic:int, # Index into `TOPICS`
-                  poles:dict # {attribute name: list of -1/+1, one per phrase slot of that attribute}
-                 ) -> str:
-    "The templated response to topic `topic` with each attribute's slots filled at the given poles."
-    task, action, obj = TOPICS[topic]
-    fill = {'action': action, 'object': obj}
-    for a in RESPONSE_ATTRIBUTES:
-        for k, s in enumerate(poles[a.name]): fill[f'{a.name}{k}'] = a.pairs[k][(s + 1)//2]
-    return _sentence_case(RESPONSE_TEMPLATE.format(**fill))
-
-def demo_prompt(topic:int) -> str:
-    "The user's request for topic `topic`."
-    return f"How do I {TOPICS[topic][0]}?"
-
-def _random_poles(rng:random.Random) -> dict:
-    return {a.name: [rng.choice((-1, 1)) for _ in a.pairs] for a in RESPONSE_ATTRIBUTES}
-
-def attribute_levels(text:str, attributes=RESPONSE_ATTRIBUTES) -> pd.Series:
-    "Each attribute's detector score scaled to [-1, 1] by its number of phrase pairs."
-    return pd.Series({a.name: a.score(text) / len(a.pairs) for a in attributes})
-
-def planted_reward(texts:list[str], # Responses
-                   weights:dict # {attribute name: weight}
-                  ) -> np.ndarray:
-    "The ground-truth reward Σ_a w_a · level_a(y) that the demo's labels come from."
-    return np.array([sum(w * attribute(a).score(t) / len(attribute(a).pairs) for a, w in weights.items()) for t in texts])
-
-def demo_comparisons(n:int, # How many comparisons
-                     weights:dict, # Planted weights: they decide which response is chosen
-                     seed:int=0, # Seeds topics, poles and labels
-                     beta:float=3.0 # Bradley-Terry inverse temperature of the labels (np.inf: always the higher planted reward)
-                    ) -> list[PreferencePair]:
-    "Random pairs of templated responses to the same request, labelled by a Bradley-Terry draw on the planted reward."
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        t = rng.randrange(len(TOPICS))
-        y1, y2 = demo_response(t, _random_poles(rng)), demo_response(t, _random_poles(rng))
-        d = float(np.diff(planted_reward([y2, y1], weights))[0])
-        p = 1.0 if np.isinf(beta) and d > 0 else 0.0 if np.isinf(beta) else 1/(1 + np.exp(-beta*d))
-        out.append(PreferencePair(demo_prompt(t), y1, y2) if rng.random() < p else PreferencePair(demo_prompt(t), y2, y1))
-    return out
-
-PLANTED = {'helpful': dict(specificity=3.0, correctness=2.5, directness=2.0, conciseness=1.5, enthusiasm=1.0, formality=0.6, politeness=0.3, harmlessness=0.1),
-           'harmless': dict(harmlessness=3.0, politeness=2.5, formality=2.0, enthusiasm=1.5, conciseness=1.0, directness=0.6, correctness=0.3, specificity=0.1)}
-RM_ASSET = 'rm_contrast_demo'
-
-# %% ../../nbs/papers/04_rm_contrast.ipynb #e5b72ee9
-@result
-class RMDemo:
-    "The shipped demo: two MiniLM reward models trained on planted preferences, their explanations on held-out comparisons (judged by the lexicon and by `DescriptionDetector`), and SmolLM2's rewrites."
-    reward_models: dict
-    planted: dict
-    comparisons: dict
-    explanations: dict
-    independent: dict
-    heldout_margins: dict
-    rewrites: pd.DataFrame
-    meta: dict
-
-def demo_heldout(name:str, # A reward model of the demo: a key of `PLANTED`
-                 meta:dict # The asset's metadata (`RMDemo.meta`)
-                ) -> list[PreferencePair]:
-    "The comparisons of reward model `name`'s training split that its head was not fitted on."
-    return demo_comparisons(meta['n_train'], PLANTED[name], seed=meta['train_seeds'][name], beta=meta['beta'])[meta['n_fit']:]
-
-def _demo_table(cs, tensors, name, meta):
-    "Rebuild an explanation from the shipped numbers: the perturbations are regenerated, the scores read from the asset."
-    t = perturbations(cs, RESPONSE_ATTRIBUTES, None, SIDES, baseline=True, seed=meta['seed'])
-    for col in ('new_margin', 'syntactic', 'semantic'): t[col] = tensors[f'{name}.{col}'].double().numpy()
-    m0 = tensors[f'{name}.margins'].double().numpy()
-    t.insert(7, 'margin', m0[t.comparison.to_numpy()])
-    return Explanation(cs, m0, tensors[f'{name}.swapped'].bool().numpy(), _flags(t))
-
-def load_rm_demo(encoder=None, # The MiniLM encoder the heads were trained on; None: load all-MiniLM-L6-v2
-                 tokenizer=None # Its tokenizer
-                ) -> RMDemo:
-    "The two reward models, the held-out comparisons and their explanations as `tools/make_rm_contrast_assets.py` made them."
-    tensors, meta = load_asset(RM_ASSET)
-    if encoder is None: encoder, tokenizer = load_encoder()
-    rms, cs, exs, ind, held = {}, {}, {}, {}, {}
-    for name in PLANTED:
-        head = torch.nn.utils.skip_init(torch.nn.Linear, tensors[f'{name}.head.weight'].shape[1], 1)   # no initialisation: it would draw from torch's global generator
-        head.load_state_dict({'weight': tensors[f'{name}.head.weight'], 'bias': tensors[f'{name}.head.bias']})
-        rms[name] = head_reward(encoder, tokenizer, head.eval().requires_grad_(False), pooling='mean')
-        raw = demo_comparisons(meta['n_test'], PLANTED[name], seed=meta['test_seed'], beta=np.inf)
-        cs[name] = [c.swapped() if s else c for c, s in zip(raw, tensors[f'{name}.swapped'].bool().tolist())]
-        exs[name] = _demo_table(cs[name], tensors, name, meta)
-        ind[name] = _revalidated(exs[name], tensors[f'{name}.d_chosen'].double().numpy(), tensors[f'{name}.d_rejected'].double().numpy())
-        held[name] = tensors[f'{name}.heldout_margin'].double().numpy()
-    return RMDemo(rms, dict(PLANTED), cs, exs, ind, held, pd.DataFrame(meta['rewrites']), meta)
+# %% ../../nbs/papers/04_rm_contrast.ipynb #f5643b2a
+_DEMO = ('RESPONSE_TEMPLATE', 'TOPICS', 'PLANTED', 'RM_ASSET', 'RMDemo', 'demo_response', 'demo_prompt', 'attribute_levels', 'planted_reward',
+         'demo_comparisons', 'demo_heldout', 'load_rm_demo', 'train_reward_head')
+__getattr__ = moved(__name__, **{name: f'interpkit.demos.rm_contrast.{name}' for name in _DEMO})

@@ -4,14 +4,14 @@
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #7dcc07d8
 from __future__ import annotations
-import copy, math, re
+import copy, math, re, warnings
 from collections.abc import Mapping
 import matplotlib.pyplot as plt, numpy as np, pandas as pd, torch
 from torch import nn
-from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice, check_int, moved, renamed
+from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice, check_fraction, check_int, moved, renamed
 from ..hooks import capture, layout, linear_modules, mlp_linears, weight_matrix
-from ..models import check_batch_size, evaluating, iter_batches, load_lm, to_model
-from ..results import result
+from ..models import check_batch_size, check_causal_lm, evaluating, iter_batches, load_lm, to_model
+from ..results import DictView, result
 from ..train import lm_loss
 
 # %% auto #0
@@ -70,14 +70,8 @@ def w1_gaussian(values:torch.Tensor, # (n, d): n samples of each of d neurons (a
     return w[0] if one else w
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #483c9b38
-class _BySite(Mapping):
-    "A result that reads like the {site: value} dict it holds in `by_site` (indexing, iteration, `items()`, `==` with a dict)."
-    def __getitem__(self, site): return self.by_site[site]
-    def __iter__(self): return iter(self.by_site)
-    def __len__(self): return len(self.by_site)
-
 @result(eq=False)
-class FFNLinears(_BySite):
+class FFNLinears(DictView):
     "The linear layers of every block's feed-forward network, by module path, in model order."
     by_site:dict # {module path: linear layer}
 
@@ -160,17 +154,25 @@ def neuron_scores(model:nn.Module, # A model; never changed
     return pd.concat(frames, ignore_index=True)
 
 def _score_frame(site, y, module, method='exact'):
-    "One site's rows of `neuron_scores`, from its outputs y (tokens, d_out) and the linear layer."
+    "One site's rows of `neuron_scores`, from its outputs y (tokens, d_out) and the linear layer; a constant (dead) neuron gets NaN W1 and kurtosis, with a warning."
     y = y.detach()
-    z = standardize(y)
+    sd = y.double().std(0, unbiased=False)
+    live = sd > 1e-12 * y.double().abs().amax(0).clamp_min(1e-300)   # `standardize`'s test of a constant column
+    w1, kurt = torch.full((y.shape[1],), math.nan, dtype=torch.float64), torch.full((y.shape[1],), math.nan, dtype=torch.float64)
+    if live.any():
+        w1[live.cpu()] = w1_gaussian(y[:, live], method).cpu()
+        kurt[live.cpu()] = ((standardize(y[:, live]) ** 4).mean(0) - 3).cpu()
+    if not live.all():
+        dead = (~live).nonzero().flatten().tolist()
+        warnings.warn(f"{site}: {len(dead)} neuron(s) are constant over the data (e.g. {dead[:5]}): their W1 and kurtosis are NaN (a pick by 'w1' leaves them out).", UserWarning, stacklevel=3)
     w = weight_matrix(module).detach().double().norm(dim=1).cpu()
-    return pd.DataFrame({'site': site, 'neuron': np.arange(y.shape[1]), 'w1': w1_gaussian(y, method).cpu().numpy(),
-                         'mean': y.double().mean(0).cpu().numpy(), 'std': y.double().std(0, unbiased=False).cpu().numpy(),
-                         'kurtosis': (z ** 4).mean(0).cpu().numpy() - 3, 'weight_norm': w.numpy()})
+    return pd.DataFrame({'site': site, 'neuron': np.arange(y.shape[1]), 'w1': w1.numpy(),
+                         'mean': y.double().mean(0).cpu().numpy(), 'std': sd.cpu().numpy(),
+                         'kurtosis': kurt.numpy(), 'weight_norm': w.numpy()})
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #8fcd2617
 @result(eq=False)
-class NeuronPicks(_BySite):
+class NeuronPicks(DictView):
     "Neurons picked per site: reads as {site: sorted neuron indices}, for every site of the scores (possibly none of a site's)."
     by_site:dict # {site: sorted neuron indices (long tensor)}
     by:str # The score they were picked by
@@ -201,7 +203,7 @@ def pick_neurons(scores:pd.DataFrame, # What `neuron_scores` returned
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #fedb11ef
 @result(eq=False)
-class InputHessians(_BySite):
+class InputHessians(DictView):
     "Each site's input second-moment matrix: reads as {site: (d_in, d_in) float64 XᵀX / n on the CPU}."
     by_site:dict # {site: (d_in, d_in) float64 XᵀX / n}
     n_tokens:int # Calibration tokens n
@@ -224,6 +226,18 @@ def input_hessians(model:nn.Module, # The model; never changed
 # %% ../../nbs/papers/19_wasserstein.ipynb #37f28845
 _LAZY = 32  # columns per lazy-update block (speed only: the result does not depend on it)
 
+def _damped_inverse_factor(H, diag, percdamp:float):
+    "The upper Cholesky factor of (H + λI)⁻¹, λ = `percdamp` × mean diagonal; if H + λI is not positive definite, λ grows tenfold (from 1e-6 of the mean diagonal) until it is, with a warning."
+    mean, damp = diag.mean(1, keepdim=True).clone(), percdamp
+    for _ in range(8):
+        Hd = H.clone(); torch.diagonal(Hd, dim1=1, dim2=2).add_(damp * mean)
+        L, info = torch.linalg.cholesky_ex(Hd)
+        if not info.any():
+            if damp != percdamp: warnings.warn(f"sparsegpt: H + {percdamp:g}·mean(diag H)·I is not positive definite; used damping {damp:g} instead.", UserWarning, stacklevel=4)
+            return torch.linalg.cholesky(torch.cholesky_inverse(L), upper=True)
+        damp = max(damp * 10, 1e-6)
+    raise NotFiniteError(f"The Hessian is not positive definite even with damping {damp / 10:g} of its mean diagonal.", "A Hessian XᵀX of the layer's inputs from enough calibration tokens.", "Collect more calibration data, or raise percdamp.")
+
 def _sparsegpt(W, H, sparsity, n_m, fixed, blocksize, percdamp):
     "SparseGPT on a stack of weights W (e, d_out, d_in), each with its own Hessian H (e, d_in, d_in): one column sweep for all."
     dt = torch.float64 if W.device.type == 'cpu' else torch.float32
@@ -232,8 +246,7 @@ def _sparsegpt(W, H, sparsity, n_m, fixed, blocksize, percdamp):
     diag = torch.diagonal(H, dim1=1, dim2=2)
     dead = diag == 0
     diag[dead] = 1; W.masked_fill_(dead[:, None, :], 0)
-    diag += percdamp * diag.mean(1, keepdim=True)
-    Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    Hinv = _damped_inverse_factor(H, diag, percdamp)
     e, d_out, d_in = W.shape
     if n_m is not None: lazy = n_m[1] * max(1, _LAZY // n_m[1])   # whole N:M groups in every lazy block
     else: lazy = _LAZY if blocksize % _LAZY == 0 else blocksize
@@ -297,6 +310,9 @@ def sparsegpt(weight:torch.Tensor, # (d_out, d_in) weight matrix (left as it was
     if mask is not None and mask.shape != weight.shape: raise ShapeError(f"mask of shape {tuple(mask.shape)} for a weight of shape {tuple(weight.shape)}.", "The weight's shape.", "Pass one flag per weight.")
     out = weight.detach().clone()
     sel = torch.arange(weight.shape[0], device=weight.device) if rows is None else torch.as_tensor(rows, device=weight.device).long().flatten()
+    if len(sel) and ((sel < 0) | (sel >= weight.shape[0])).any():
+        raise ConfigError(f"rows {sel[(sel < 0) | (sel >= weight.shape[0])].tolist()[:5]} of a weight with {weight.shape[0]} rows.", f"Row indices from 0 to {weight.shape[0] - 1}.", "Pass the indices of the neurons to prune.")
+    check_fraction('percdamp', percdamp, one=False, todo='Use 0.01, the official damping.')
     if len(sel) == 0 or (sparsity == 0 and mask is None): return out
     fixed = None if mask is None else mask.to(weight.device)[sel].bool()[None]
     out[sel] = _sparsegpt(out[sel][None], hessian[None], sparsity, n_m, fixed, blocksize, percdamp)[0].to(out.dtype)
@@ -374,7 +390,7 @@ def expand_linear(module:nn.Module, # A linear layer (nn.Linear or Conv1D); neve
     sparsity = _check_sparsity(sparsity, n_m)
     _check_blocks(W.shape[1], n_m, blocksize)
     X = inputs.detach().double().cpu()
-    r = max(1, W.shape[1] // 32) if pca_dim is None else pca_dim
+    r = max(1, W.shape[1] // 32) if pca_dim is None else check_int('pca_dim', pca_dim, least=0, most=min(X.shape), todo=f"PCA keeps at most min(tokens, inputs) = {min(X.shape)} dimensions; 0 skips it.")
     mean = X.mean(0)
     if k == 1: labels, cent, comps = np.zeros(len(X), dtype=int), torch.zeros(1, X.shape[1], dtype=torch.float64), None   # one cluster: no routing needed
     else:
@@ -511,13 +527,14 @@ def perplexity(model:nn.Module, # A causal LM; never changed
                batch_size:int=8 # Rows per forward pass
               ) -> float:
     "exp of the mean next-token cross-entropy over every predicted real token of `data`."
-    model = load_lm(model)[0]   # a loaded model passes through as it is
+    model = check_causal_lm(load_lm(model)[0], 'perplexity')   # a loaded model passes through as it is
     data, tot, n = _rows(data), 0.0, 0
     with evaluating(model), torch.no_grad():
         for b in iter_batches(data, batch_size):
             m = b.get('attention_mask')
-            k = b['input_ids'][:, 1:].numel() if m is None else int((m[:, 1:] != 0).sum())   # tokens `lm_loss` averages over
-            tot += float(lm_loss(model, b)) * k; n += k
+            k = b['input_ids'][:, 1:].numel() if m is None else int(((m[:, 1:] != 0) & (m[:, :-1] != 0)).sum())   # tokens `lm_loss` averages over: real, after a real one
+            if k: tot += float(lm_loss(model, b)) * k; n += k
+    if not n: raise ConfigError("perplexity got no token to predict: every row has fewer than two real tokens.", "Rows of at least two real tokens (each token is predicted from those before it).", "Pass longer rows.")
     return math.exp(tot / n)
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #4a35ebe3

@@ -1,15 +1,17 @@
-"Smoke checks of interpkit.papers.dual_process: the task's batches on a device, a BERT and two causal LMs scored at the masked positions, evaluation, forgetting inside `fit`, a short training run and the shipped runs."
+"Smoke checks of interpkit.papers.dual_process and its demo module interpkit.demos.dual_process: the task's batches on a device, a BERT and two causal LMs scored at the masked positions, evaluation, forgetting inside `fit`, a short training run and the shipped runs with their curves."
 import torch
 from _util import lm, on, finite, untouched
 from interpkit.train import assets_dir, fit
-from interpkit.papers.dual_process import (RUNS_ASSET, SHIPPED_WEIGHTS, POSTask, DualProcessRecipe, Forgetting, pos_bert, masked_logits, masked_loss,
-                                           predictions, evaluate, train_dual_process, curves, load_run, shipped_curves, run_summary, recipe_of)
+from interpkit.papers.dual_process import (POSTask, DualProcessRecipe, Forgetting, pos_bert, masked_logits, masked_loss, predictions, evaluate,
+                                           train_dual_process, curves, run_summary)
+from interpkit.demos.dual_process import RUNS_ASSET, SHIPPED_WEIGHTS, load_run, load_curves, recipe_of
 
 NOT_SMOKED = {
     'zipf_pmf': 'device-free float64 arithmetic (POSTask.sample uses it)', 'context_completion': 'device-free rule on CPU token ids',
     'memorised_completion': 'device-free rule on CPU token ids', 'hard_accuracy': 'compares CPU predictions (predictions returns them on the CPU)',
     'evaluation_sets': 'device-free sampling (evaluate uses it)', 'reset_state': 'called by Forgetting on the optimizer of a device model',
-    'plot_curves': 'a matplotlib figure of a DataFrame',
+    'plot_curves': 'a matplotlib figure of a DataFrame', 'EvaluationSets': 'made by evaluation_sets', 'Evaluation': 'made by evaluate',
+    'ShippedCurves': 'made by load_curves',
 }
 
 TASK = POSTask(vocab=40, n_unseen=4, head=3)
@@ -18,7 +20,7 @@ def checks(device, dtype):
     def models():
         out = []
         batch = TASK.sample(6, 'train', seed=0)
-        for name, m in (('bert', pos_bert(TASK, hidden=16, layers=1, intermediate=32)), ('gpt2', lm('gpt2', 'cpu', torch.float32, n_layers=1, d_model=16, vocab_size=TASK.n_tokens)),
+        for name, m in (('bert', pos_bert(TASK, hidden=16, n_layers=1, intermediate=32)), ('gpt2', lm('gpt2', 'cpu', torch.float32, n_layers=1, d_model=16, vocab_size=TASK.n_tokens)),
                         ('llama', lm('llama', 'cpu', torch.float32, n_layers=1, d_model=16, vocab_size=TASK.n_tokens))):
             m = m.to(device=device, dtype=dtype)
             with untouched(m), torch.no_grad():
@@ -31,9 +33,9 @@ def checks(device, dtype):
         return ', '.join(out) + f" ({dtype})"
 
     def evaluation():
-        m = pos_bert(TASK, hidden=16, layers=1, intermediate=32).to(device=device, dtype=dtype).train()
+        m = pos_bert(TASK, hidden=16, n_layers=1, intermediate=32).to(device=device, dtype=dtype).train()
         with untouched(m): e = evaluate(m, TASK, n=30, batch_size=16)
-        finite(torch.tensor(list(e.values())), 'metrics')
+        finite(torch.tensor(list(e.row().values())), 'metrics')
         return f"val {e['val']:.2f}, holdout {e['holdout']:.2f} (random weights, {dtype})"
 
     def forgetting():
@@ -46,8 +48,8 @@ def checks(device, dtype):
         return f"resets after steps {cb.resets}, embedding std {w.float().std():.2f} (float32)"
 
     def training():
-        r = DualProcessRecipe(TASK, 'temporary', every=2, until=4, hidden=16, layers=1, intermediate=32)
-        m, tok, res = train_dual_process(r, steps=4, batch_size=8, eval_every=2, eval_n=20, progress=False, device=device)
+        r = DualProcessRecipe(TASK, 'temporary', every=2, until=4, hidden=16, n_layers=1, intermediate=32)
+        m, tok, res = train_dual_process(None, r, steps=4, batch_size=8, eval_every=2, eval_n=20, progress=False, device=device)
         assert tok is None and all(p.device.type == device.type for p in m.parameters())
         c = curves(res)
         finite(torch.tensor(c.to_numpy()), 'curves')
@@ -59,7 +61,7 @@ def checks(device, dtype):
         m = m.to(device=device, dtype=dtype)
         task = recipe_of(meta, 'temporary').task
         with untouched(m): e = evaluate(m, task, n=200, seed=3)
-        s = run_summary(shipped_curves(meta)['temporary'])
+        s = run_summary(load_curves()['temporary'])
         return f"temporary forgetting here: holdout {e['holdout']:.2f}, head IWL {e['iwl_head']:.2f}; shipped end {s['holdout']:.2f}, {s['iwl_head']:.2f} ({dtype})"
 
     return [('models', models), ('evaluate', evaluation), ('Forgetting', forgetting), ('train_dual_process', training), ('shipped', shipped)]

@@ -1,13 +1,14 @@
-"Smoke checks of interpkit.papers.g_effect: the objectives' terms, G-effects of every objective (Llama, GPT-2), instance-wise G-effects, the step check, a short unlearning run, the shipped QA model."
+"Smoke checks of interpkit.papers.g_effect and its demo module interpkit.demos.g_effect: the objectives' terms, G-effects of every objective (Llama, GPT-2), instance-wise G-effects, the step check, a short unlearning run, the shipped QA model."
 import math
 import torch
 from _util import lm, on, finite, untouched
 from interpkit.models import encode_queries
-from interpkit.papers.g_effect import (IDK_ANSWERS, OBJECTIVES, answer_logprobs, author_qa, forget_term, g_effect, instance_g_effects, load_qa_lm, objective,
-                                       param_groups, qa_metrics, qa_tokenizer, retain_term, risk_term, step_check, unlearn)
+from interpkit.papers.g_effect import (OBJECTIVES, answer_logprobs, forget_term, g_effect, instance_g_effects, objective, param_groups, qa_metrics,
+                                       retain_term, risk_term, step_check, unlearn)
+from interpkit.demos.g_effect import IDK_ANSWERS, author_qa, load_qa_lm, qa_tokenizer
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
-    'AuthorQA': 'made by author_qa', 'Objective': 'made by objective', 'GEffect': 'made by g_effect', 'Unlearning': 'made by unlearn',
+    'AuthorQA': 'made by author_qa', 'Objective': 'made by objective', 'GEffect': 'made by g_effect', 'Unlearning': 'made by unlearn', 'ParamGroups': 'made by param_groups',
     'train_qa_lm': 'a CPU recipe (tools/make_g_effect_assets.py); a short run is tested in tests/test_g_effect.py',
     'retain_at': 'pandas on a history, no model', 'plot_g_effects': 'matplotlib on histories, no model',
 }
@@ -26,10 +27,10 @@ def checks(device, dtype):
             lp, mask, h = answer_logprobs(m, forget, hidden=1)
             on(lp, device, 'answer log-probabilities'); on(h, device, 'hidden state')
             s, c = risk_term(m, forget)
-            vals = {name: float(finite(on(forget_term(objective(name), m, idk if name == 'idk' else forget, m)[0], device, name).detach()))
+            vals = {name: float(finite(on(forget_term(m, objective(name), idk if name == 'idk' else forget, m)[0], device, name).detach()))
                     for name in OBJECTIVES}
-            for reg in ('gd', 'kl'): on(retain_term(objective('ga', regularizer=reg), m, retain, m)[0], device, reg)
-            groups = sorted(set(param_groups(m).values()))
+            for reg in ('gd', 'kl'): on(retain_term(m, objective('ga', regularizer=reg), retain, m)[0], device, reg)
+            groups = param_groups(m).order
         return f"R {float(s.detach()) / c:.3g} over {c} tokens; NPO {vals['npo']:.3g}, RMU {vals['rmu']:.3g}; groups {groups}"
 
     def effects():

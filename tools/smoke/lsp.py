@@ -1,11 +1,11 @@
-"Smoke checks of interpkit.papers.lsp: programs, printouts and the interpreter, the learner with exact executors, HFLLM's option scores and generation on tiny GPT-2 and Llama LMs (batch-calibrated learning included), tasks and references, the shipped runs and the explorer."
+"Smoke checks of interpkit.papers.lsp and its demo module interpkit.demos.lsp: programs, printouts and the interpreter, the learner with exact executors, HFLLM's option scores and generation on tiny GPT-2 and Llama LMs (batch-calibrated learning included), tasks and references, the shipped runs and the explorer."
 import torch
 from _util import lm, finite, untouched, tiny_tokenizer
-from interpkit.papers.lsp import (OBJECT_ATTRIBUTES, OBJECT_QUESTIONS, Module, LSP, leaf_name, node_at, replace_leaf, print_program, parse_program, read_answer,
-                                  one_at_a_time, ask, CachedExecutor, run_program, HFLLM, OpenAIChat, describe, true_label, make_task, KeywordExecutor,
-                                  attribute_matrix, tree_baseline, majority_label, chance_accuracy, examples_block, parse_module, QuestionBank,
-                                  label_branches, gini, learn_module, leaf_errors, learn_lsp, accuracy, leaf_table, load_lsp_runs, runs_table, plot_runs,
-                                  proposal_stats, explore_task, plot_leaves)
+from interpkit.papers.lsp import (Module, LSP, leaf_name, node_at, replace_leaf, print_program, parse_program, read_answer, one_at_a_time, ask, CachedExecutor,
+                                  run_program, HFLLM, OpenAIChat, KeywordExecutor, majority_label, examples_block, parse_module, QuestionBank, label_branches,
+                                  gini, learn_module, leaf_errors, learn_lsp, accuracy, leaf_table, plot_leaves)
+from interpkit.demos.lsp import (OBJECT_ATTRIBUTES, OBJECT_QUESTIONS, describe, true_label, make_task, attribute_matrix, tree_baseline, chance_accuracy,
+                                 load_lsp_runs, runs_table, plot_runs, proposal_stats, explore_task)
 
 NOT_SMOKED = {'ProgramError': 'an exception', 'ProgramSyntaxError': 'an exception, raised by parse_program', 'Run': 'made by run_program',
               'Example': 'made by make_task', 'Task': 'made by make_task', 'ModuleChoice': 'made by learn_module', 'Learned': 'made by learn_lsp',

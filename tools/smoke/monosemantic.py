@@ -9,7 +9,7 @@ from interpkit.papers.monosemantic import (NON_NEGATIVE, info_nce, non_negative,
 from interpkit.demos.monosemantic import (DIGIT_MODELS, digit_pairs, DigitAugment, DigitEncoder, train_digit_net, load_digit_models)
 from interpkit.stats import linear_probe
 
-NOT_SMOKED = {'Monosemanticity': 'made by monosemanticity', 'DigitPairs': 'made by digit_pairs', 'DigitModels': 'made by load_digit_models'}
+NOT_SMOKED = {'Monosemanticity': 'made by monosemanticity', 'DigitPairs': 'made by digit_pairs', 'DigitModels': 'made by load_digit_models', 'encoder_features': 'run by every ContrastiveNet call below'}
 
 def _net(non_neg, device, dtype, seed=0):
     "A ContrastiveNet with a tiny DigitEncoder on `device` in `dtype`."

@@ -5,13 +5,15 @@ from _util import lm, on, finite, untouched
 from interpkit.data import char_tokenizer
 from interpkit.sae import SAE
 from interpkit.papers.multidim import (normalize_points, rotate, mutual_info_2d, separability_curve, separability_index, mixture_index, irreducibility,
-    synthetic_cloud, pca_fit, pca_project, circularity, circularity_null, word_states, circle_scores, calendar_prompts, calendar_logits, calendar_states, duration,
-    replace_coords, circle_intervention, calendar_texts, sae_tokens, lm_sae_activations, heldout_split, train_lm_sae, load_multidim_sae,
-    angular_similarity, cluster_features, cluster_reconstruction, rank_clusters, token_share, pca_view, plot_pca_view, DAYS,
-    calendar_tokenizer, calendar_split, near_sentence, calendar_document, load_calendar_lm, calendar_accuracy, load_large_sae_summary)
+    pca_fit, pca_project, circularity, circularity_null, word_states, circle_scores, calendar_prompts, calendar_logits, calendar_states, duration,
+    replace_coords, circle_intervention, angular_similarity, cluster_features, cluster_reconstruction, rank_clusters, token_share, pca_view, plot_pca_view,
+    calendar_accuracy, DAYS)
+from interpkit.demos.multidim import (synthetic_cloud, calendar_texts, sae_tokens, lm_sae_activations, heldout_split, train_lm_sae, load_multidim_sae,
+    calendar_tokenizer, calendar_split, near_sentence, calendar_document, load_calendar_lm, load_large_sae_summary)
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'Line': 'made by mixture_index', 'train_calendar_lm': 'trains its own model on the CPU (a short run is in tests/test_multidim.py)', 'Irreducibility': 'made by irreducibility', 'Circularity': 'made by circularity', 'PCAView': 'made by pca_view',
+    'WordStates': 'made by word_states', 'LargeSAESummary': 'made by load_large_sae_summary',
 }
 
 class _WordTok:
@@ -68,7 +70,7 @@ def checks(device, dtype):
         m = lm('llama', device, dtype, n_layers=2)
         assert calendar_texts(2) and sae_tokens(ct, 128).shape == (2, 64)
         with untouched(m, ct):
-            sae, none, res = train_lm_sae(m, ct, site='resid_post(0)', n_tokens=64 * 8, d_sae=32, k=4, steps=3, batch_size=64, forward_batch=4, progress=False)
+            sae, none, res = train_lm_sae(m, ct, site='resid_post(0)', n_tokens=64 * 8, d_sae=32, top_k=4, steps=3, batch_size=64, forward_batch=4, progress=False)
             acts = lm_sae_activations(m, ct, site='resid_post(0)', n_tokens=64 * 8)
         assert next(sae.parameters()).device.type == torch.device(device).type, 'the SAE is not where the model is'
         _, held = heldout_split(acts)
@@ -95,6 +97,6 @@ def checks(device, dtype):
             res = circle_intervention(m, tok, 'resid_pre(0)', 'months')
         assert acc.min() > 0.9, acc   # low precision keeps the answers
         big = load_large_sae_summary()
-        return f"accuracy {acc.round(3).to_dict()}; months moved on the circle: {res.acc_intended.iloc[1]:.2f}; {len(big['clusters'])} large-SAE clusters"
+        return f"accuracy {acc.round(3).to_dict()}; months moved on the circle: {res.acc_intended.iloc[1]:.2f}; {len(big.clusters)} large-SAE clusters"
 
     return [('states', states), ('days', days), ('geometry', geometry), ('sae_clusters', sae_clusters), ('toy_model', toy_model)]

@@ -1,13 +1,14 @@
-"Smoke checks of interpkit.papers.rm_contrast: rewards from a tiny sequence classifier and from pooled hidden states (Llama 'last', BERT 'mean'), head features and a trained head, the lexicon and the demo data, explanations with their tables and views, the LM rewriter, and the shipped demo."
+"Smoke checks of interpkit.papers.rm_contrast and its demo module interpkit.demos.rm_contrast: rewards from a tiny sequence classifier and from pooled hidden states (Llama 'last', BERT 'mean'), head features and a trained head, the lexicon and the demo data, explanations with their tables and views, the LM rewriter, and the shipped demo."
 import numpy as np, torch, transformers
 from _util import lm, finite, untouched, tiny_tokenizer
 from interpkit.models import tiny_config
 from interpkit.train import assets_dir
-from interpkit.papers.rm_contrast import (RESPONSE_ATTRIBUTES, PLANTED, RM_ASSET, PreferencePair, Attribute, SpanEditor, as_comparisons, rewards, classifier_reward,
-                                          head_reward, head_features, train_reward_head, attribute, rewrite_prompts, LMRewriter, random_edit,
+from interpkit.papers.rm_contrast import (RESPONSE_ATTRIBUTES, PreferencePair, Attribute, SpanEditor, as_comparisons, rewards, classifier_reward,
+                                          head_reward, head_features, attribute, rewrite_prompts, LMRewriter, random_edit,
                                           syntactic_distance, semantic_distances, orient, perturbations, explain, coverage, sensitivity,
-                                          local_sensitivity, representatives, perturbation_view, plot_sensitivity, demo_response, demo_prompt,
-                                          attribute_levels, planted_reward, demo_comparisons, load_rm_demo)
+                                          local_sensitivity, representatives, perturbation_view, plot_sensitivity)
+from interpkit.demos.rm_contrast import (PLANTED, RM_ASSET, train_reward_head, demo_response, demo_prompt, attribute_levels, planted_reward,
+                                         demo_comparisons, load_rm_demo)
 
 NOT_SMOKED = {'Span': 'made by Attribute.spans', 'Explanation': 'made by explain', 'RMDemo': 'made by load_rm_demo',
               'representatives_null': 'shuffles an Explanation table (numpy)', 'lexicon_detector': 'a phrase match on strings',
@@ -51,13 +52,14 @@ def checks(device, dtype):
         g = torch.Generator().manual_seed(0)
         c, r = torch.randn(64, 8, generator=g) + 0.5, torch.randn(64, 8, generator=g)
         t = train_reward_head(c, r, steps=50, seed=0)
-        finite(t.weight, 'trained head')
+        finite(t.model.weight, 'trained head')
         return ', '.join(out) + f" ({dtype})"
 
     def lexicon_and_demo():
         cs = as_comparisons(demo_comparisons(4, PLANTED['helpful'], seed=0, beta=np.inf))
         a = attribute('conciseness')
         y = demo_response(0, {b.name: [-1]*len(b.pairs) for b in RESPONSE_ATTRIBUTES})
+        assert demo_response(1, seed=0) == demo_response(1, seed=0) != demo_response(1, seed=1)
         e = SpanEditor()([y], a, 1)[0]
         x = random_edit(y, e, a, seed=0)
         assert isinstance(cs[0], PreferencePair) and isinstance(a, Attribute) and attribute_levels(e)['conciseness'] == 1
@@ -74,13 +76,13 @@ def checks(device, dtype):
         with untouched(m, tok, h, enc):
             oc, m0, sw = orient(rm, cs)
             t = perturbations(oc, ['politeness', 'formality', 'directness'], baseline=True)
-            ex = explain(rm, cs, attributes=['politeness', 'formality', 'directness'], baseline=True, encoder=enc, tokenizer=tok, batch_size=4)
+            ex = explain(rm, cs, attributes=['politeness', 'formality', 'directness'], baseline=True, embedder=enc, embedder_tokenizer=tok, batch_size=4)
             d = semantic_distances(['w1 w2', 'w3'], ['w1', 'w3'], enc, tok)
         assert len(t) == len(ex.table) == 3*3*3*2 and len(oc) == 3 and (m0 >= 0).all()
         finite(torch.tensor(ex.table[['margin', 'new_margin', 'syntactic', 'semantic']].to_numpy(np.float64)), 'explanation table')
         finite(torch.tensor(d), 'semantic distances')
         cov, sens, loc = coverage(ex), sensitivity(ex), local_sensitivity(ex, 'random')
-        rep = representatives(ex, k=2, min_attributes=2)
+        rep = representatives(ex, top_k=2, min_attributes=2)
         v = perturbation_view(ex, 0, 'politeness', 'both')
         import matplotlib.pyplot as plt
         plt.close(plot_sensitivity({'rm': sens}, {'rm': PLANTED['harmless']}).figure)
@@ -102,7 +104,7 @@ def checks(device, dtype):
         with untouched(enc, etok):
             dm = load_rm_demo(enc, etok)
             ex = dm.explanations['helpful']
-            live = explain(dm.reward_models['helpful'], ex.comparisons[:1], attributes=['specificity'], encoder=False)
+            live = explain(dm.reward_models['helpful'], ex.comparisons[:1], attributes=['specificity'], embedder=False)
         shipped = ex.table[(ex.table.comparison == 0) & (ex.table.attribute == 'specificity') & (ex.table.editor == 'attribute')]
         finite(torch.tensor(live.table.new_margin.to_numpy()), 'live margins')
         err = float(np.abs(live.table.new_margin.to_numpy() - shipped.new_margin.to_numpy()).max())

@@ -191,6 +191,26 @@ def _guided(guide, out, x, sched, fam, t, i, kind, space, scale):
     x_vp = x.double() * math.sqrt(ab) if fam == 'sigmas' else x   # the model's input in float64 (sigmas: what scale_model_input computes)
     return from_x0(guide(to_x0(pc, x_vp, ab, kind), to_x0(pu, x_vp, ab, kind), scale), x_vp, ab, kind)
 
+# %% ../nbs/core/09_diffusion.ipynb #bbe04035
+def _check_denoiser(model, shape:tuple, cond, null, labels_too:bool=True):
+    "Check `shape` and (with `labels_too`) class labels against a `diffusers` denoiser's config (in_channels, number of down blocks, class embeddings); other models are tried as they are."
+    cfg = getattr(model, 'config', None)
+    if not isinstance(shape, (tuple, list)) or not shape or not all(isinstance(s, int) and s > 0 for s in shape):
+        raise ShapeError(f"shape={shape!r}.", "The shape of one sample: positive ints, e.g. (1, 8, 8).", "Pass the sample's (channels, height, width).")
+    ch, downs = getattr(cfg, 'in_channels', None), len(getattr(cfg, 'down_block_types', ()) or ())
+    if isinstance(ch, int) and shape[0] != ch:
+        raise ShapeError(f"shape={tuple(shape)} for a {type(model).__name__} with in_channels={ch}.", f"(channels={ch}, height, width).", f"Pass shape=({ch}, ...).")
+    if downs > 1 and len(shape) == 3 and any(s % 2 ** (downs - 1) for s in shape[1:]):
+        raise ShapeError(f"shape={tuple(shape)} for a {type(model).__name__} with {downs} down blocks.", f"Height and width divisible by {2 ** (downs - 1)} (each down block but the last halves them).", "Pass the size the model was trained at.")
+    if not labels_too or cfg is None or not hasattr(cfg, 'num_class_embeds'): return
+    labels = [c for c in (cond, null) if torch.is_tensor(c) and not c.is_floating_point()] + [c for c in (null,) if isinstance(c, int) and not isinstance(c, bool)]
+    n_cls, kind = cfg.num_class_embeds, getattr(cfg, 'class_embed_type', None)
+    if labels and n_cls is None and kind is None:
+        raise ConfigError(f"Class labels given to a {type(model).__name__} without class embeddings (num_class_embeds=None).", "cond=None (and n=) for an unconditional model.", "Pass cond=None, n=<samples>.")
+    if n_cls is not None:
+        bad = [int(v) for c in labels for v in torch.as_tensor(c).flatten().tolist() if not 0 <= v < n_cls]
+        if bad: raise ConfigError(f"class label(s) {sorted(set(bad))[:5]} for a {type(model).__name__} with num_class_embeds={n_cls}.", f"Labels from 0 to {n_cls - 1} (the null class included).", "Check cond and null.")
+
 # %% ../nbs/core/09_diffusion.ipynb #14989d04
 @renamed(steps='n_steps')
 def sample(model, # The denoiser: an nn.Module (not changed) or any callable used by `forward`
@@ -211,6 +231,7 @@ def sample(model, # The denoiser: an nn.Module (not changed) or any callable use
     check_choice('space', space, GUIDANCE_SPACES); check_scale(scale); check_batch_size(batch_size); check_int('n_steps', n_steps, todo='Use e.g. n_steps=20.')
     fam, kind = _family(scheduler), _prediction_type(scheduler)
     n, null = _samples_to_draw(cond, null, guidance, n)
+    _check_denoiser(model, shape, cond, null, labels_too=forward is denoiser_forward)   # a forward of one's own may use a condition its own way
     guide = None if guidance is None else guidance.start() if hasattr(guidance, 'start') else guidance
     call = _caller(forward)
     sched = copy.deepcopy(scheduler)

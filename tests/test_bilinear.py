@@ -681,3 +681,18 @@ def test_old_names_still_work_and_warn():
     with pytest.warns(FutureWarning, match='top_k='): assert token_readout(lm, v, k=3).equals(token_readout(lm, v, top_k=3))
     assert not {'topk_accuracy', 'eigenvalue_effective_rank', 'CHAR_LM', 'train_char_lm', 'load_char_lm'} & set(bilinear_module.__all__)
     with pytest.raises(AttributeError): bilinear_module.no_such_name
+
+
+def test_nan_and_wrong_widths_are_named():
+    "Issue 51: NaN inputs, weights or matrices, and inputs of the wrong width, are typed errors that say which, not NaN flowing through or a matmul error."
+    clf = BilinearClassifier(d_input=6, d_hidden=4, n_classes=3, seed=1)
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ShapeError, match='flattens to 7 features .* takes 6'): eigen_attack(clf, torch.randn(5, 7), .5)
+    xn = x.clone(); xn[2, 1] = float('nan')
+    with pytest.raises(NotFiniteError, match=r'^x has 1 non-finite'): eigen_attack(clf, xn, .5)
+    bad = copy.deepcopy(clf)
+    with torch.no_grad(): bad.layer.w.weight[0, 0] = float('nan')
+    with pytest.raises(NotFiniteError, match="the classifier's layer.w.weight"): eigen_attack(bad, x, .5)
+    B = torch.eye(3); B[0, 1] = B[1, 0] = float('inf')
+    with pytest.raises(NotFiniteError, match='^B has 2 non-finite'): eigen(B)
+    assert eigen_attack(clf, x, .5).flip_eigen >= 0   # the clean call still runs

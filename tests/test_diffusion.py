@@ -593,3 +593,24 @@ def test_train_ddpm_bad_input():
     with pytest.raises(ConfigError, match='EulerDiscreteScheduler'): go(scheduler=diffusers.KDPM2DiscreteScheduler())
     with pytest.raises(ConfigError, match='prediction_type'): go(scheduler=DDPMScheduler(prediction_type='flow_prediction'))
     with pytest.raises(ConfigError, match='flow'): go(scheduler=diffusers.DPMSolverMultistepScheduler(use_flow_sigmas=True))
+
+
+def test_sample_checks_shape_and_labels_against_a_diffusers_unet():
+    "Issue 51: a sample shape or class label the UNet cannot take is a typed error before anything runs, not diffusers' or torch's."
+    from diffusers import UNet2DModel, DDIMScheduler
+    from interpkit.errors import ConfigError, ShapeError
+    from interpkit.diffusion import sample
+    with seeded(0):
+        u = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16), down_block_types=('DownBlock2D', 'DownBlock2D'),
+                        up_block_types=('UpBlock2D', 'UpBlock2D'), norm_num_groups=4, num_class_embeds=3)
+    s = DDIMScheduler(num_train_timesteps=100)
+    y = torch.tensor([0, 1])
+    with pytest.raises(ShapeError, match='in_channels=1'): sample(u, s, y, 2, (3, 8, 8), n_steps=2)
+    with pytest.raises(ShapeError, match='divisible by 2'): sample(u, s, y, 2, (1, 7, 7), n_steps=2)
+    with pytest.raises(ConfigError, match=r'\[5\]'): sample(u, s, torch.tensor([0, 5]), 2, (1, 8, 8), n_steps=2)
+    assert sample(u, s, y, 2, (1, 8, 8), n_steps=2).shape == (2, 1, 8, 8)
+    with seeded(0):
+        un = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16), down_block_types=('DownBlock2D', 'DownBlock2D'),
+                         up_block_types=('UpBlock2D', 'UpBlock2D'), norm_num_groups=4)
+    with pytest.raises(ConfigError, match='without class embeddings'): sample(un, s, y, 0, (1, 8, 8), n_steps=2)
+    assert sample(un, s, None, None, (1, 8, 8), n_steps=2, n=2).shape == (2, 1, 8, 8)

@@ -279,3 +279,13 @@ def test_autograd_is_asked_for_the_input_embeddings_only(monkeypatch):
     assert asked == [1]
     monkeypatch.setattr(ig, '_root_site', lambda model: None)
     torch.testing.assert_close(per_example_grads(m, lm_batch(3, 7, 2), proj=make_projection(grad_modules(m), k_out=2, k_in=2)), got)
+
+
+def test_grad_modules_says_which_convolutions_it_leaves_out():
+    "Issue 51: Conv2d(padding='same') and grouped convolutions were left out silently; now a warning names them, and naming one is refused."
+    import warnings
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding='same'), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1), nn.Flatten(), nn.Linear(4 * 8 * 8, 2))
+    with pytest.warns(UserWarning, match=r"1 grouped or string-padded convolution\(s\) left out: \['0'\]"): got = grad_modules(net)
+    assert list(got) == ['2', '4']
+    with pytest.raises(ConfigError, match='string-padded'): grad_modules(net, ['0'])
+    with warnings.catch_warnings(): warnings.simplefilter('error'); assert list(grad_modules(net, kinds='linear')) == ['4']

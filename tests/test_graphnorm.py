@@ -1010,3 +1010,20 @@ def test_shipped_tables_read_in_todays_names():
     r = train_graph_classifier(mean_signal_graphs(**runs.attrs['config']['data']), 2, 'gcn', 'center', seed=0, **runs.attrs['config']['train'])
     row = runs.query("norm == 'center' and seed == 0").iloc[0]
     assert (r.train_accuracy, r.test_accuracy) == pytest.approx((row.train, row.test), abs=1e-6)
+
+
+def test_bad_graphs_are_named():
+    "Issue 51: all-zero features, NaN features, a graph without labels or with one class, and no depths are typed errors, not NaN or a bare IndexError."
+    from torch_geometric.data import Data
+    g = csbm(40, seed=0)
+    A = gcn_operator(g.edge_index, g.num_nodes)
+    with pytest.raises(ConfigError, match='X0 is all zeros'): linear_gnn(A, torch.zeros_like(g.x), 3)
+    assert all(torch.isfinite(X).all() for X in linear_gnn(A, g.x, 3))
+    x = g.x.clone(); x[0, 0] = float('nan')
+    with pytest.raises(NotFiniteError, match='^x has 1 non-finite'): GraphNormv2(g.x.shape[1])(x)
+    for data, msg in [(Data(x=g.x, edge_index=g.edge_index), 'without node features x or labels y'),
+                      (Data(x=g.x, edge_index=g.edge_index, y=torch.zeros(g.num_nodes, dtype=torch.long)), 'hold 1 class')]:
+        with pytest.raises(ConfigError, match=msg): depth_curves(data, depths=(0, 1))
+    with pytest.raises(ConfigError, match='depths is empty'): depth_curves(g, depths=())
+    with pytest.raises(ConfigError, match='without labels'): train_gcn(Data(x=g.x, edge_index=g.edge_index), 2)
+    with pytest.raises(ConfigError, match='one class'): train_gcn(Data(x=g.x, edge_index=g.edge_index, y=torch.zeros(g.num_nodes, dtype=torch.long)), 2)

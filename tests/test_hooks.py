@@ -624,3 +624,28 @@ def test_mlp_linears_are_the_blocks_linears_outside_attention(arch):
     assert others and all(any(w in p for w in ('attn', 'attention')) for p in others), others
     assert list(mlp_linears(m, -1)) == list(lin)
     with pytest.raises(SiteError): mlp_linears(m, 2)
+
+
+@pytest.mark.parametrize('arch', ['llama', 'gemma', 'qwen2'])
+def test_norm_gain_is_exact_in_float64(arch):
+    "Issue 51: RMSNorms compute in float32 even in a float64 model; the gain is the weight (or 1 + weight) exactly, not a float32 measurement (7e-9 off)."
+    m = tiny_lm(arch).double()
+    norm = final_norm(m)
+    with torch.no_grad(): norm.weight.normal_(generator=torch.Generator().manual_seed(3))
+    w = norm.weight.detach()
+    assert torch.equal(norm_gain(norm), 1 + w if arch == 'gemma' else w)
+    odd = nn.Module(); odd.weight = nn.Parameter(w.clone()); odd.forward = lambda x: 2 * x * w / (x.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()   # another form: measured
+    torch.testing.assert_close(norm_gain(odd), 2 * w, rtol=1e-6, atol=1e-9)
+
+
+def test_patch_refuses_a_non_finite_patch_and_leaves_the_model_alone():
+    "Issue 51: a NaN patch is named before anything runs, not found later in the logits."
+    from interpkit.errors import NotFiniteError
+    from interpkit.testing import untouched
+    m = tiny_lm('llama', n_layers=2)
+    bad = torch.zeros(64); bad[3] = float('nan')
+    with untouched(m):
+        with pytest.raises(NotFiniteError, match=r'The patch for resid_post\(0\) has 1 non-finite'):
+            with patch(m, {resid_post(0): bad}): m(torch.zeros(1, 3, dtype=torch.long))
+        with patch(m, {resid_post(0): torch.zeros(64)}): out = m(torch.zeros(1, 3, dtype=torch.long)).logits
+    assert torch.isfinite(out).all()

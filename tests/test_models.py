@@ -279,3 +279,37 @@ def test_load_lm_dtype_and_device_map(tmp_path, smol):
     with pytest.raises(ConfigError, match='spread over the devices'): load_lm(md, dtype=torch.float64)
     with pytest.raises(ConfigError, match='Pass only one'): load_lm(str(tmp_path), device='cpu', device_map='auto')
     with pytest.raises(ConfigError, match='offload_folder was given with a loaded'): load_lm(m16, offload_folder='x')
+
+
+def _eager_f64_llama():
+    "A tiny Llama in float64 with eager attention: transformers gives NaN on left-padding rows that attend to nothing (softmax in float32 of float64's min)."
+    import transformers
+    from interpkit.models import tiny_config
+    cfg = tiny_config('llama')
+    with seeded(0): return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation='eager').to(torch.float64).eval()
+
+
+def test_logits_at_refuses_non_finite_logits_and_names_left_padding():
+    "Issue 51: no result from non-finite logits. Left padding in eager float64 turns into NaN; right padding gives the unpadded row's logits."
+    from interpkit.errors import NotFiniteError
+    from interpkit.models import logits_at, pad_right
+    m = _eager_f64_llama()
+    rows = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+    left = dict(input_ids=torch.tensor([[5, 6, 7, 8, 9, 10], [0, 0, 0, 11, 12, 13]]), attention_mask=torch.tensor([[1] * 6, [0, 0, 0, 1, 1, 1]]))
+    with torch.no_grad():
+        assert m(**left).logits[1, -1].isnan().any()   # the failure this guards against is real in this transformers
+        with pytest.raises(NotFiniteError, match='left-padded batch'): logits_at(m, left, -1)
+        b = pad_right(rows, 0)
+        last = b['attention_mask'].cumsum(1) == b['attention_mask'].sum(1, keepdim=True)   # each row's last real token
+        last &= b['attention_mask'].bool()
+        got = logits_at(m, dict(input_ids=b['input_ids'], attention_mask=b['attention_mask']), last)
+        ref = torch.stack([m(input_ids=torch.tensor([r])).logits[0, -1] for r in rows])   # each row alone, unpadded
+    torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_logits_at_positions_out_of_range_are_typed_errors():
+    from interpkit.models import logits_at
+    m, ids = tiny_lm(seed=0), torch.arange(12).view(2, 6)
+    for bad, msg in [(7, 'positions=7 but the inputs have 6'), (-7, 'positions=-7'), ([0, 6], 'for inputs of 6 positions'), ([-7], 'for inputs of 6 positions')]:
+        with pytest.raises(ConfigError, match=msg): logits_at(m, dict(input_ids=ids), bad)
+    with torch.no_grad(): torch.testing.assert_close(logits_at(m, dict(input_ids=ids), 6), m(input_ids=ids).logits)   # all six: fine

@@ -1042,3 +1042,30 @@ def test_width_mismatches_raise_shape_errors():
     with pytest.raises(ShapeError, match='d_in=5'): projector_features(net, torch.randn(4, 3), SAE(5, 5, 'topk', 2))
     probe = linear_probe(torch.randn(20, 8), torch.arange(20) % 2, test_frac=0.5)
     with pytest.raises(ShapeError, match='7 features; the probe reads 8'): probe.score(torch.randn(20, 7), torch.arange(20) % 2)
+
+
+def test_gaussian_input_noise_on_integer_pixels_has_the_asked_size():
+    "Issue 51: uint8 or int64 inputs got noise cast to their dtype (std 936 instead of 10 on uint8); now they get float32 noise of std sigma."
+    x = torch.full((4000,), 100, dtype=torch.uint8)
+    for xi in (x, x.long()):
+        y = mono.gaussian_input_noise(xi, 10., seed=0)
+        assert y.dtype == torch.float32
+        assert abs(float((y - 100).std()) - 10) < 10 * 4 / math.sqrt(2 * 4000)   # 4 standard errors of a sample std
+    torch.testing.assert_close(mono.gaussian_input_noise(x, 10., seed=0), mono.gaussian_input_noise(x.float(), 10., seed=0))
+
+
+def test_contrastive_net_over_a_transformers_encoder():
+    "Issue 51: an HF encoder returns a ModelOutput; ContrastiveNet reads its pooler output, else the masked mean of its last hidden state."
+    from transformers import BertConfig, BertModel
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    torch.manual_seed(0)
+    enc = BertModel(cfg, add_pooling_layer=False).eval()
+    net = mono.ContrastiveNet(enc, d_enc=16, d_proj=8, d_hidden=12, non_neg='relu')
+    b = dict(input_ids=torch.tensor([[3, 4, 5, 0], [6, 7, 0, 0]]), attention_mask=torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]))
+    with torch.no_grad():
+        h = enc(**b).last_hidden_state
+        ref = torch.stack([h[0, :3].mean(0), h[1, :2].mean(0)])
+        torch.testing.assert_close(net.encode(b), ref)
+        assert net(b).shape == (2, 8) and (net(b) >= 0).all()
+        pooled = BertModel(cfg).eval()
+        torch.testing.assert_close(mono.ContrastiveNet(pooled, 16, 8, 12).encode(b), pooled(**b).pooler_output)

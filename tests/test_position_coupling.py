@@ -1065,3 +1065,19 @@ def test_loader_and_trainer_types():
     r = AdderRecipe(scratchpad=False, max_digits=1, counts=(2,), table_size=8, steps=2, batch_size=2, **TINY)
     t = train_adder(r, progress=False)
     assert isinstance(t, Trained) and t.tokenizer is None and len(t.fit.history) == 2 and t.model is t[0]
+
+
+def test_bad_arguments_are_typed_errors():
+    "Issue 51: float, negative or mis-sized starts, a width that heads do not divide, empty counts and a non-text answer say what is wrong."
+    from interpkit.papers.position_coupling import encode_addition, encode_multiplication, parse_answer, CoupledTransformer
+    from interpkit.demos.position_coupling import sample_operands
+    for bad, msg in [((1.7, 1), r'starts\[0\]=1.7'), ((1, -1), r'starts\[1\]=-1'), ((1,), 'starts=\\(1,\\)'), (3, 'starts=3')]:
+        with pytest.raises(ConfigError, match=msg): encode_addition([12, 7], starts=bad)
+    with pytest.raises(ConfigError, match='3 start offsets'): encode_multiplication(12, 3, starts=(1, 1))
+    assert encode_addition([12, 7], starts=(0, 2)).position_ids.min() == 0   # 0 is a valid offset
+    with pytest.raises(ConfigError, match='multiple of n_heads'): CoupledTransformer(d_model=30, n_heads=4)
+    with pytest.raises(ConfigError, match='n_heads=0'): CoupledTransformer(n_heads=0)
+    for bad in ([], (0, 2), 'ab'):
+        with pytest.raises(ConfigError, match='counts='): sample_operands(0, 2, bad)
+    with pytest.raises(ConfigError, match='parse_answer got a int'): parse_answer(21)
+    assert parse_answer('=>12') == 21

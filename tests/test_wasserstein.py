@@ -1190,3 +1190,57 @@ def test_chunk_is_batch_size():
     with pytest.warns(FutureWarning, match='chunk= is now called batch_size='): old = w1_gaussian(x, chunk=2)
     torch.testing.assert_close(old, w1_gaussian(x, batch_size=2), rtol=0, atol=0)
     with pytest.raises(ConfigError, match='both'): w1_gaussian(x, chunk=2, batch_size=2)
+
+
+# ---------------------------------------------------------------- issue 51: a user's own models and values
+
+def test_perplexity_refuses_a_masked_lm_and_rows_with_nothing_to_predict():
+    from interpkit.papers.wasserstein import perplexity
+    with pytest.raises(ConfigError, match='needs a causal language model'): perplexity(tiny_lm('bert'), torch.ones(2, 5, dtype=torch.long))
+    with pytest.raises(ConfigError, match='no token to predict'): perplexity(tiny_lm('llama'), torch.ones(3, 1, dtype=torch.long))
+    m = tiny_lm('llama', seed=0)
+    b = dict(input_ids=torch.tensor([[5, 6, 7], [0, 0, 9]]), attention_mask=torch.tensor([[1, 1, 1], [0, 0, 1]]))   # the second row predicts nothing
+    with torch.no_grad(): lp = m(input_ids=b['input_ids'][:1]).logits[0, :-1].double().log_softmax(-1)
+    ref = math.exp(-(lp[0, 6] + lp[1, 7]).item() / 2)
+    assert perplexity(m, b) == pytest.approx(ref, rel=1e-5)
+
+
+def test_sparsegpt_damps_a_singular_hessian_and_checks_rows():
+    "percdamp=0 on a rank-deficient H: damping grows until the Cholesky succeeds (with a warning), as SparseGPT needs a positive definite H."
+    from interpkit.papers.wasserstein import sparsegpt
+    g = torch.Generator().manual_seed(0)
+    W, X = torch.randn(4, 8, generator=g, dtype=torch.float64), torch.randn(3, 8, generator=g, dtype=torch.float64)
+    H = X.T @ X   # rank 3 of 8
+    with pytest.warns(UserWarning, match='used damping'): out = sparsegpt(W, H, 0.5, percdamp=0.0)
+    Hf = X.T @ X + torch.eye(8, dtype=torch.float64)   # positive definite: no warning
+    assert torch.isfinite(out).all() and (out == 0).sum() == (sparsegpt(W, Hf, 0.5) == 0).sum()   # as many zeros as with a regular H (the official count: sorted[int(n s)] and below)
+    import warnings
+    with warnings.catch_warnings(): warnings.simplefilter('error'); sparsegpt(W, Hf, 0.5, percdamp=0.0)
+    for bad in ([4], [-1], [0, 7]):
+        with pytest.raises(ConfigError, match='of a weight with 4 rows'): sparsegpt(W, Hf, 0.5, rows=bad)
+    with pytest.raises(ConfigError, match='percdamp'): sparsegpt(W, Hf, 0.5, percdamp=-0.1)
+
+
+def test_expand_linear_refuses_more_pca_dimensions_than_there_are():
+    from interpkit.papers.wasserstein import expand_linear
+    lin = nn.Linear(8, 4)
+    x = torch.randn(40, 8, generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ConfigError, match='pca_dim=9'): expand_linear(lin, x, n_experts=2, pca_dim=9)
+
+
+def test_one_dead_neuron_does_not_refuse_the_model():
+    "A constant neuron gets NaN W1 (with a warning); the others' scores are those of `w1_gaussian` on their own columns, and a pick by w1 leaves it out."
+    from interpkit.hooks import capture
+    from interpkit.papers.wasserstein import neuron_scores, w1_gaussian, pick_neurons
+    m = tiny_lm('llama', n_layers=1, seed=0)
+    site = 'model.layers.0.mlp.up_proj'
+    with torch.no_grad(): m.get_submodule(site).weight[3] = 0   # neuron 3 outputs 0 for every token
+    ids = torch.randint(1, 100, (4, 12), generator=torch.Generator().manual_seed(2))
+    with pytest.warns(UserWarning, match=r'1 neuron\(s\) are constant .*\[3\]'): s = neuron_scores(m, ids, sites=[site])
+    assert np.isnan(s['w1'][3]) and np.isnan(s['kurtosis'][3]) and s['std'][3] == 0 and np.isfinite(s['w1'].drop(3)).all()
+    with torch.no_grad(), capture(m, [site]) as c: m(ids)
+    y = c[site].flatten(0, 1)
+    keep = [j for j in range(y.shape[1]) if j != 3]
+    np.testing.assert_allclose(s['w1'].drop(3).to_numpy(), w1_gaussian(y[:, keep]).numpy(), rtol=1e-10)
+    picks = pick_neurons(s, 'w1', frac=0.5)
+    assert 3 not in picks[site].tolist() and len(picks[site]) == round(0.5 * y.shape[1])

@@ -4,10 +4,11 @@
 
 # %% ../../nbs/demos/15_position_coupling.ipynb #d9f99dfd
 from __future__ import annotations
-import dataclasses, random
+import dataclasses, numbers, random
+from collections.abc import Iterable
 from dataclasses import dataclass
 import pandas as pd, torch
-from ..errors import check_choice, check_fraction, check_int, renamed
+from ..errors import ConfigError, check_choice, check_fraction, check_int, renamed
 from ..results import result
 from ..train import Shipped, Trained, as_random, fit, load_asset, seeded
 from ..papers.position_coupling import CoupledTransformer, Encoded, answer_loss, collate_batch, encode_addition, random_starts
@@ -26,8 +27,11 @@ def sample_operands(seed:int|random.Random, # Seed, or a `random.Random` whose s
     "Random operands as the official 'partially uniform' sampler draws them: a count, then each operand's length uniform on 1..max_digits on its own (probability `independent`) or one such length for all; leading digits nonzero."
     check_int('max_digits', max_digits, todo='Operands need at least 1 digit: use max_digits >= 1.')
     check_fraction('independent', independent, todo='Use 0.5, the official threshold.')
+    counts = list(counts) if isinstance(counts, Iterable) and not isinstance(counts, (str, bytes)) else None
+    if not counts or any(isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1 for c in counts):
+        raise ConfigError(f"counts={counts!r}.", "A non-empty list of operand counts, ints >= 1, e.g. range(2, 6).", "Pass the counts to choose from.")
     rng = as_random(seed)
-    m = rng.choice(list(counts))
+    m = rng.choice(counts)
     lengths = [rng.randint(1, max_digits) for _ in range(m)] if rng.random() < independent else [rng.randint(1, max_digits)] * m
     return [rng.randint(0 if k == 1 else 10**(k - 1), 10**k - 1) for k in lengths]
 

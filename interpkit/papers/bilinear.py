@@ -8,7 +8,7 @@ import copy, math
 import pandas as pd, torch
 from torch import nn
 import warnings
-from ..errors import ConfigError, ShapeError, check_choice, check_int, moved, renamed
+from ..errors import ConfigError, ShapeError, check_choice, check_finite, check_int, moved, renamed
 from ..models import to_model, evaluating, check_causal_lm, iter_batches, logits_of
 from ..hooks import layout, resolve, mlp_out, final_norm, norm_gain, norm_eps, mlp_norm, weight_matrix, is_linear
 from ..results import result
@@ -116,6 +116,9 @@ def classifier_inputs(model:BilinearClassifier, # The classifier
     "The vectors that `class_interactions(model, space)` act on: flattened inputs, or their embeddings."
     _check_clf(model); check_choice('space', space, INTERACTION_SPACES)
     x = _clf_batch(model, x).flatten(1)
+    if x.shape[1] != model.embed.in_features:
+        raise ShapeError(f"x flattens to {x.shape[1]} features per input, but the classifier's embedding takes {model.embed.in_features}.", f"Inputs (n, ...) of {model.embed.in_features} values each.", "Pass inputs as the classifier was trained on.")
+    check_finite('x', x)
     if space == 'input': return x
     with torch.no_grad(): return model.embed(x)
 
@@ -142,7 +145,7 @@ def eigen(B # Symmetric (d, d), or a batch (..., d, d)
     "Eigendecomposition of symmetric interaction matrices with `torch.linalg.eigh`, sorted by |eigenvalue|; half-precision matrices are decomposed, and returned, in float32 (eigh has no half-precision kernel)."
     B = _as_tensor(B)
     if B.ndim < 2 or B.shape[-1] != B.shape[-2]: raise ShapeError(f"B has shape {tuple(B.shape)}.", "Valid: (d, d) or (..., d, d).", "Pass square matrices.")
-    B = B.to(_wide(B.dtype))
+    B = check_finite('B', B.to(_wide(B.dtype)))
     if not torch.allclose(B, B.mT, atol=1e-5 * B.abs().max().clamp_min(1e-30).item()):
         raise ConfigError("B is not symmetric.", "eigh reads only one triangle, so a non-symmetric B would be silently wrong.", "Symmetrise it: (B + B.mT) / 2.")
     vals, vecs = torch.linalg.eigh(B)
@@ -240,6 +243,8 @@ def eigen_attack(model:BilinearClassifier, # The classifier (not changed)
                  batch_size:int=1024 # Inputs per forward pass
                 ) -> AttackResult:
     "Perturb inputs along class eigenvectors (weights only) and along random directions of the same norm; compare flip rates."
+    _check_clf(model)
+    for name, p in model.named_parameters(): check_finite(f"the classifier's {name}", p.detach())
     eig = eigen(class_interactions(model, 'input'))
     n_cls = eig.vals.shape[0]
     if target is not None and not 0 <= target < n_cls: raise ConfigError(f"target={target} is not a class.", f"Valid: 0..{n_cls - 1} or None.", "Pick a class index.")

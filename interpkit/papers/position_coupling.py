@@ -44,6 +44,12 @@ def check_operands(operands, # Non-negative integers
     if len(ops) < least: raise ConfigError(f"{len(ops)} operand(s) given: {ops}.", f"At least {least} are needed.", f"Pass {least} or more numbers.")
     return [int(a) for a in ops]
 
+def _check_starts(starts, levels:int) -> list[int]:
+    "`starts` as `levels` non-negative ints, or a `ConfigError` (a float offset would be truncated, a negative one gives negative ids)."
+    ok = isinstance(starts, (list, tuple)) and len(starts) == levels
+    if not ok: raise ConfigError(f"starts={starts!r}.", f"{levels} start offsets, one per level, e.g. {(1,) * levels}.", "Pass a tuple of non-negative ints.")
+    return [check_int(f'starts[{i}]', s, least=0, todo='Start offsets are non-negative ints (1 in evaluation).') for i, s in enumerate(starts)]
+
 # %% ../../nbs/papers/15_position_coupling.ipynb #370bdb8f
 @dataclass(repr=False)
 class Encoded:
@@ -68,7 +74,7 @@ def encode_addition(operands, # Non-negative integers a_1..a_m, m >= 2
                    ) -> Encoded:
     "Multi-operand addition with coupled position ids: zero-padded operands, then the reversed running sums joined by '>'."
     ops = check_operands(operands, least=2)
-    s, t = starts
+    s, t = _check_starts(starts, 2)
     m, L = len(ops), padded_width(max(len(str(a)) for a in ops), len(ops))
     tokens = []
     for i, a in enumerate(ops):                            # input: most significant digit first
@@ -96,7 +102,7 @@ def encode_multiplication(a:int, # Multiplicand A
                          ) -> Encoded:
     "A×B with its scratchpad of reversed partial products A·b_i and reversed shifted running sums, and three levels of coupled ids."
     a, b = check_operands([a, b])
-    s1, s2, s3 = starts
+    s1, s2, s3 = _check_starts(starts, 3)
     A, B = str(a), str(b)
     tokens = [(c, (s1 + len(A) - j, 0, 0)) for j, c in enumerate(A)] + [('*', (0, 0, 0))]
     tokens += [(c, (0, s2 + len(B) - 1 - j, 0)) for j, c in enumerate(B)]
@@ -113,6 +119,7 @@ def encode_multiplication(a:int, # Multiplicand A
 def parse_answer(answer:str # The answer part of an `Encoded` text (or of a model's output): chunks joined by '>', '+' or '='
                 ) -> int:
     "The number the last chunk of an answer stands for (it is written least significant digit first)."
+    if not isinstance(answer, str): raise ConfigError(f"parse_answer got a {type(answer).__name__}: {answer!r}.", "The answer text, e.g. '=>05'.", "Pass the text after the first '=' (`Encoded.text[problem.answer_start:]`).")
     last = answer.replace('=', '>').replace('+', '>').split('>')[-1]
     if not last.isdigit(): raise ConfigError(f"The last chunk of {answer!r} is {last!r}.", "Valid: digits, least significant first.", "Pass the text after the first '='.")
     return int(last[::-1])
@@ -129,6 +136,8 @@ class CoupledTransformer(nn.Module):
                  d_model:int=128, n_layers:int=2, n_heads:int=4, d_ff:int=512):
         super().__init__()
         self.positions, self.levels, self.table_size, self.max_len = check_choice('positions', positions, POSITION_SIGNALS), levels, table_size, max_len
+        for name, v in dict(levels=levels, table_size=table_size, max_len=max_len, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff).items(): check_int(name, v, least=0 if name == 'n_layers' else 1)   # 0 blocks: a lookup model
+        if d_model % n_heads: raise ConfigError(f"d_model={d_model} with n_heads={n_heads}.", "d_model must be a multiple of n_heads (each head gets d_model / n_heads channels).", f"Use e.g. d_model={n_heads * max(1, round(d_model / n_heads))}.")
         self.embed = nn.Embedding(len(ARITHMETIC_VOCAB), d_model)
         n_tables = {'coupled': levels, 'absolute': 1, 'none': 0}[positions]
         self.position_tables = nn.ModuleList(nn.Embedding(table_size if positions == 'coupled' else max_len, d_model) for _ in range(n_tables))

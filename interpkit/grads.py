@@ -106,7 +106,7 @@ def _labels(b):
 # %% ../nbs/core/12_grads.ipynb #3c36baf9
 def _scored(model, batch, params=None, need=True):
     "(log-softmax at the scored positions (n, V), their targets (n,), their rows (n,), scored tokens per row (B,)): the vocabulary projection runs at the scored positions only."
-    b = to_model(model, check_batch(batch))
+    b = to_model(model, check_batch(batch, vocab_of=model))
     kw, pos = dict(input_ids=b['input_ids']), b.get('position_ids')
     if b.get('attention_mask') is not None:
         kw['attention_mask'] = b['attention_mask']

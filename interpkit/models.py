@@ -13,11 +13,11 @@ from .errors import ConfigError, ModelNotAvailable, NotFiniteError, ShapeError, 
 
 # %% auto #0
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'word_vocab', 'word_tokenizer',
-           'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'logits_at', 'cache_dir',
-           'load_lm', 'evaluating', 'check_causal_lm', 'resolve_lm', 'pad_id', 'padding', 'mask_positions',
-           'encode_left', 'pad_right', 'pad_left', 'encode_texts', 'encode_queries', 'vocab_size', 'check_token_ids',
-           'check_batch', 'check_batch_size', 'iter_batches', 'chat_text', 'generate_greedy', 'chat_replies', 'chat',
-           'prefix_step', 'load_encoder', 'embed']
+           'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'vocab_size', 'check_token_ids',
+           'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm', 'resolve_lm', 'pad_id', 'padding',
+           'mask_positions', 'encode_left', 'pad_right', 'pad_left', 'encode_texts', 'encode_queries', 'check_batch',
+           'check_batch_size', 'iter_batches', 'chat_text', 'generate_greedy', 'chat_replies', 'chat', 'prefix_step',
+           'load_encoder', 'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
 TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'mixtral', 'olmoe')
@@ -202,6 +202,30 @@ def logits_of(output # What a model returned
                           "Wrap the model so that it returns its logits.")
     return first
 
+# %% ../nbs/core/01_models.ipynb #a14f014a
+def vocab_size(model # A model with input embeddings, or a `transformers` config
+              ) -> int|None:
+    "How many token ids the model embeds: its input embeddings' rows, else its config's `vocab_size`; None when neither says."
+    get = getattr(model, 'get_input_embeddings', None)
+    try: emb = get() if callable(get) else None
+    except (NotImplementedError, AttributeError): emb = None
+    if isinstance(emb, nn.Embedding): return emb.num_embeddings
+    v = getattr(getattr(model, 'config', model), 'vocab_size', None)
+    return v if isinstance(v, int) else None
+
+def check_token_ids(model, # The model the ids go into
+                    input_ids:torch.Tensor, # Token ids
+                    what:str='input_ids' # What they are, for the message
+                   ) -> torch.Tensor:
+    "Return `input_ids` if every id is one the model embeds (0 to `vocab_size(model) - 1`); raise `ConfigError` naming the ids and both vocabularies otherwise."
+    n = vocab_size(model)
+    if n is None or not input_ids.numel(): return input_ids
+    bad = (input_ids < 0) | (input_ids >= n)
+    if bad.any():
+        raise ConfigError(f"{what} holds token id(s) {sorted(set(input_ids[bad].tolist()))[:5]}, but {type(model).__name__} embeds ids 0 to {n - 1}.",
+                          "Token ids from the model's own tokenizer (a model with another vocabulary cannot read them).", "Encode the texts with this model's tokenizer, or pass a model that shares its vocabulary.")
+    return input_ids
+
 # %% ../nbs/core/01_models.ipynb #4886fe2c
 def _takes(model, name:str) -> bool:
     "Whether the model's forward takes the keyword `name`."
@@ -245,6 +269,7 @@ def logits_at(model, # A causal LM, or any callable that returns logits of shape
         raise ConfigError(f"positions={positions!r}.", "A positive int k (the last k positions), a negative int -j (position -j alone, as in logits[:, -j]) or a list of indices.",
                           "E.g. positions=-1 for the last position's (batch, vocab) logits.")
     n = _n_positions(inputs)
+    if isinstance(inputs, Mapping) and torch.is_tensor(inputs.get('input_ids')): check_token_ids(model, inputs['input_ids'])
     if isinstance(positions, int) and n is not None and abs(positions) > n:
         raise ConfigError(f"positions={positions} but the inputs have {n} positions.", f"An int from -{n} to {n} (not 0), or indices from -{n} to {n - 1}.", "Ask for positions the inputs have.")
     if isinstance(positions, int) and positions < 0: return logits_at(model, inputs, -positions)[:, 0].contiguous()   # the first of the last j
@@ -587,37 +612,14 @@ def encode_queries(tokenizer, # A tokenizer with `encode`
         rows.append(full); labs.append([-100] * len(a) + full[len(a):])
     return pad_right(rows, pad_id(tokenizer), labs)
 
-# %% ../nbs/core/01_models.ipynb #a14f014a
-def vocab_size(model # A model with input embeddings, or a `transformers` config
-              ) -> int|None:
-    "How many token ids the model embeds: its input embeddings' rows, else its config's `vocab_size`; None when neither says."
-    get = getattr(model, 'get_input_embeddings', None)
-    try: emb = get() if callable(get) else None
-    except (NotImplementedError, AttributeError): emb = None
-    if isinstance(emb, nn.Embedding): return emb.num_embeddings
-    v = getattr(getattr(model, 'config', model), 'vocab_size', None)
-    return v if isinstance(v, int) else None
-
-def check_token_ids(model, # The model the ids go into
-                    input_ids:torch.Tensor, # Token ids
-                    what:str='input_ids' # What they are, for the message
-                   ) -> torch.Tensor:
-    "Return `input_ids` if every id is one the model embeds (0 to `vocab_size(model) - 1`); raise `ConfigError` naming the ids and both vocabularies otherwise."
-    n = vocab_size(model)
-    if n is None or not input_ids.numel(): return input_ids
-    bad = (input_ids < 0) | (input_ids >= n)
-    if bad.any():
-        raise ConfigError(f"{what} holds token id(s) {sorted(set(input_ids[bad].tolist()))[:5]}, but {type(model).__name__} embeds ids 0 to {n - 1}.",
-                          "Token ids from the model's own tokenizer (a model with another vocabulary cannot read them).", "Encode the texts with this model's tokenizer, or pass a model that shares its vocabulary.")
-    return input_ids
-
+# %% ../nbs/core/01_models.ipynb #508e636e
 def check_batch(batch, # Model inputs: a dict or `BatchEncoding` with input_ids (batch, pos), and optionally attention_mask, position_ids, labels
                 what:str='batch', # What the batch is, for the messages (e.g. 'the forget data')
                 min_len:int=1, # Fewest positions a row needs
                 need_labels:bool=False, # Require labels with at least one labelled token (not -100)
                 left_padded:bool=False, # Require every row's last position to be a real token (prompts whose last position is read)
                 complete:bool=False, # Add the missing attention_mask (ones) and position_ids (counted from each row's first real token)
-                model=None, # The model the batch goes into: its token ids are checked against the model's vocabulary (`check_token_ids`)
+                vocab_of=None, # The model the batch goes into: its token ids are checked against its vocabulary (`check_token_ids`)
                 todo:str='Encode it with `encode_left`, `encode_texts` or `encode_queries`.' # What to do, for the messages
                ) -> dict: # The batch as a plain dict of the same tensors (completed if asked)
     "Check that `batch` holds model inputs of one shape, no row all padding; raise `ShapeError` (`ConfigError` when no token is labelled) saying what is wrong."
@@ -643,7 +645,7 @@ def check_batch(batch, # Model inputs: a dict or `BatchEncoding` with input_ids 
     if need_labels:
         if out.get('labels') is None: raise ShapeError(f"{what} has no labels.", "A dict with input_ids and labels (-100 where no loss), e.g. from `encode_queries`.", todo)
         if not (out['labels'] != -100).any(): raise ConfigError(f"{what} has no labelled token: every label is -100.", "At least one token with a loss.", "Check the data (an empty split?).")
-    if model is not None: check_token_ids(model, ids, what)
+    if vocab_of is not None: check_token_ids(vocab_of, ids, what)
     if complete:
         if mask is None: out['attention_mask'] = mask = torch.ones_like(ids)
         if out.get('position_ids') is None: out['position_ids'] = mask_positions(mask)

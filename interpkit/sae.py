@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 import torch
 from torch import nn
-from .errors import ConfigError, ShapeError, check_choice, check_finite
+from .errors import ConfigError, ShapeError, check_choice, check_finite, check_int, renamed
 from .hooks import resolve, hooked, layout
 from .models import evaluating, to_model
 from .results import result
@@ -23,19 +23,18 @@ SAE_KINDS = ('relu', 'topk')
 
 class SAE(nn.Module):
     "A sparse autoencoder with unit-norm decoder directions: ReLU (train with an L1 penalty) or top-k."
+    @renamed(k='top_k')
     def __init__(self, d_in:int, # Width of the activations
                  d_sae:int, # Number of features (dictionary size)
                  kind:str='relu', # One of `SAE_KINDS`
-                 k:int|None=None, # Active features per input for kind='topk'
+                 top_k:int|None=None, # Active features per input for kind='topk'
                  seed:int=0 # Seed of the initialisation
                 ):
         super().__init__()
         check_choice('kind', kind, SAE_KINDS)
-        if not (isinstance(d_in, int) and isinstance(d_sae, int) and d_in >= 1 and d_sae >= 1):
-            raise ConfigError(f"d_in={d_in!r}, d_sae={d_sae!r}.", "Both are positive integers.", "E.g. SAE(576, 4096).")
-        if kind == 'topk' and not (isinstance(k, int) and 1 <= k <= d_sae):
-            raise ConfigError(f"kind='topk' with k={k!r}.", f"k is an integer in 1..d_sae={d_sae}.", "E.g. k=32.")
-        self.d_in, self.d_sae, self.kind, self.k = d_in, d_sae, kind, k
+        for name, v in (('d_in', d_in), ('d_sae', d_sae)): check_int(name, v, todo='E.g. SAE(576, 4096).')
+        if kind == 'topk': check_int('top_k', top_k, most=d_sae, todo="kind='topk' keeps top_k features per input: e.g. top_k=32.")
+        self.d_in, self.d_sae, self.kind, self.top_k = d_in, d_sae, kind, top_k
         g = torch.Generator().manual_seed(seed)
         dirs = nn.functional.normalize(torch.randn(d_sae, d_in, generator=g), dim=-1)
         self.W_dec = nn.Parameter(dirs.clone())
@@ -45,7 +44,9 @@ class SAE(nn.Module):
         self.register_buffer('scale', torch.ones(()))  # input scale s
         self.register_buffer('since_fired', torch.zeros(d_sae))  # inputs seen in training since each feature last fired
 
-    def extra_repr(self): return f"d_in={self.d_in}, d_sae={self.d_sae}, kind={self.kind!r}" + (f", k={self.k}" if self.kind == 'topk' else '')
+    k = property(lambda self: self.top_k, doc='The old name of `top_k`.')
+
+    def extra_repr(self): return f"d_in={self.d_in}, d_sae={self.d_sae}, kind={self.kind!r}" + (f", top_k={self.top_k}" if self.kind == 'topk' else '')
 
     @property
     def directions(self) -> torch.Tensor:
@@ -63,7 +64,7 @@ class SAE(nn.Module):
         pre = (x * self.scale - self.b_dec) @ self.W_enc + self.b_enc
         f = torch.relu(pre)
         if self.kind == 'topk':
-            v, i = f.topk(self.k, dim=-1)
+            v, i = f.topk(self.top_k, dim=-1)
             f = torch.zeros_like(f).scatter(-1, i, v)
         return f
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np, pandas as pd, torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
-from .models import _takes, check_batch, encode_texts, mask_positions, tiny_config, tiny_lm, to_model, word_tokenizer
+from .models import _takes, check_batch, check_token_ids, encode_texts, mask_positions, tiny_config, tiny_lm, to_model, word_tokenizer
 from .errors import AssetNotFound, ConfigError, NotFiniteError, ShapeError, check_choice, check_int
 
 # %% auto #0
@@ -275,6 +275,7 @@ def lm_loss(model:torch.nn.Module, # A causal LM
     "Mean next-token cross-entropy over the labelled tokens of `batch`."
     batch = to_model(model, batch)
     ids, mask, labels, pos = batch['input_ids'], batch.get('attention_mask'), batch.get('labels'), batch.get('position_ids')
+    check_token_ids(model, ids)
     kw = {} if mask is None else dict(attention_mask=mask.long())
     if mask is not None:
         prev = torch.cat([torch.zeros_like(mask[:, :1]), mask[:, :-1]], 1)

@@ -289,3 +289,11 @@ def test_grad_modules_says_which_convolutions_it_leaves_out():
     assert list(got) == ['2', '4']
     with pytest.raises(ConfigError, match='string-padded'): grad_modules(net, ['0'])
     with warnings.catch_warnings(): warnings.simplefilter('error'); assert list(grad_modules(net, kinds='linear')) == ['4']
+
+
+def test_token_ids_the_model_does_not_embed_are_named():
+    "Issue 51: inputs from another vocabulary gave a raw IndexError from the embedding."
+    from interpkit.grads import LMTask
+    m = tiny_lm('llama')
+    with pytest.raises(ConfigError, match=r'holds token id\(s\) \[300\], but LlamaForCausalLM embeds ids 0 to 127'):
+        LMTask().loss(m, dict(input_ids=torch.tensor([[5, 300, 7]])))

@@ -867,7 +867,7 @@ def test_train_feature_sae(few_pairs, untouched):
     with untouched(net):
         sae, tok, res = train_feature_sae(net, few_pairs, steps=3, batch_size=8, progress=False)
     assert tok is None and isinstance(sae, SAE) and not sae.training
-    assert sae.kind == 'topk' and sae.k == 2 and sae.d_in == sae.d_sae == 16               # k = d / 8, as wide as its input
+    assert sae.kind == 'topk' and sae.top_k == 2 and sae.d_in == sae.d_sae == 16               # k = d / 8, as wide as its input
     assert len(res.history) == 3 and 'nmse' in res.history
     f = projector_features(net, few_pairs, sae)
     assert ((f != 0).sum(1) <= 2).all()
@@ -884,7 +884,7 @@ ASSET = assets_dir()/f'{DIGIT_MODELS}.safetensors'
 @pytest.mark.skipif(not ASSET.exists(), reason=f'{DIGIT_MODELS} not built yet (tools/make_monosemantic_assets.py)')
 def test_shipped_digit_models():
     models, tok, meta = load_digit_models()
-    assert tok is None and isinstance(models, DigitModels) and meta['recipe']['k'] == models.sae.k
+    assert tok is None and isinstance(models, DigitModels) and meta['recipe']['k'] == models.sae.top_k
     assert not models.simclr.training and not models.ncl.training and not models.sae.training
     maps = models.feature_maps(batch_size=50)
     assert list(maps) == ['SimCLR', 'NCL', 'SAE']
@@ -894,7 +894,7 @@ def test_shipped_digit_models():
     assert torch.allclose(s, s_ref, atol=1e-5) and (s < 0).any()                  # SimCLR: the raw projector output
     assert torch.allclose(n, n_ref, atol=1e-5) and (n >= 0).all() and (n == 0).any()   # NCL: ReLU of it
     assert torch.allclose(F.normalize(projector_features(models.ncl, x, normalize=True), dim=1).norm(dim=1), torch.ones(120), atol=1e-4)
-    assert a.shape == (120, models.sae.d_sae) and ((a != 0).sum(1) <= models.sae.k).all() and (a >= 0).all()
+    assert a.shape == (120, models.sae.d_sae) and ((a != 0).sum(1) <= models.sae.top_k).all() and (a >= 0).all()
     with torch.no_grad(): a_ref = models.sae.encode(models.simclr(x)) / models.sae.scale
     assert torch.allclose(a, a_ref, atol=1e-5)
 

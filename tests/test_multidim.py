@@ -598,7 +598,7 @@ def test_sae_recipe_short_run(untouched):
     train, held = heldout_split(acts, 0.1)
     met = sae_metrics(sae, held)
     assert met.n == 151 and met.l0 == 4 and met.nmse < 0.7
-    sae2 = SAE(64, 64, 'topk', k=4, seed=1)   # the recipe's wiring: this seed, on the rows heldout_split keeps, with these settings
+    sae2 = SAE(64, 64, 'topk', top_k=4, seed=1)   # the recipe's wiring: this seed, on the rows heldout_split keeps, with these settings
     from interpkit.sae import train_sae
     train_sae(sae2, train, 60, 128, 3e-3, seed=1, progress=False)
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(sae.state_dict().values(), sae2.state_dict().values()))
@@ -640,7 +640,7 @@ def test_shipped_sae_loads():
     sae, none, meta = load_multidim_sae()
     from interpkit.train import load_asset
     tensors, _ = load_asset('multidim_sae')
-    assert none is None and not sae.training and (sae.d_in, sae.d_sae, sae.k) == (576, 1024, 32)
+    assert none is None and not sae.training and (sae.d_in, sae.d_sae, sae.top_k) == (576, 1024, 32)
     assert all(torch.equal(v, tensors[k].float()) for k, v in sae.state_dict().items())
     assert set(meta['heldout']) == {'nmse', 'l0', 'dead_frac', 'n'} and meta['heldout']['n'] == 3150
     x = torch.randn(50, 576, generator=torch.Generator().manual_seed(0))

@@ -13,7 +13,7 @@ torch.set_num_threads(1)
 @pytest.mark.parametrize('kind,kw', [('topk', dict(k=3, lr=1e-2)), ('relu', dict(l1=1.0, lr=1e-2))])
 def test_planted_dictionary_is_recovered(kind, kw):
     x, D = planted_data(20_000, d=24, n_features=48, active=3, seed=0)
-    sae = SAE(24, 96, kind, k=kw.get('k'), seed=1)
+    sae = SAE(24, 96, kind, top_k=kw.get('k'), seed=1)
     train_sae(sae, x, steps=2000, batch_size=256, lr=kw['lr'], l1=kw.get('l1', 0.), progress=False)
     cos = match_directions(sae.directions.detach(), D)
     m = sae_metrics(sae, x)
@@ -26,7 +26,7 @@ def test_exact_reconstruction_with_the_planted_dictionary():
     "Reachability: with the planted directions as decoder and a matched encoder, top-k reconstructs exactly when directions are orthonormal."
     d = 16
     Q = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(0))).Q.T
-    sae = SAE(d, d, 'topk', k=3)
+    sae = SAE(d, d, 'topk', top_k=3)
     with torch.no_grad(): sae.W_dec.copy_(Q); sae.W_enc.copy_(Q.T)
     g = torch.Generator().manual_seed(1)
     idx = torch.rand(500, d, generator=g).argsort(-1)[:, :3]
@@ -44,7 +44,7 @@ def test_normalized_mse_matches_sklearn_r2():
     assert abs(normalized_mse(x, xh) - ref) < 1e-5
 
 def test_topk_matches_sort():
-    sae = SAE(10, 40, 'topk', k=5, seed=3)
+    sae = SAE(10, 40, 'topk', top_k=5, seed=3)
     x = torch.randn(64, 10, generator=torch.Generator().manual_seed(2))
     f = sae.encode(x)
     pre = torch.relu((x * sae.scale - sae.b_dec) @ sae.W_enc + sae.b_enc)
@@ -84,7 +84,7 @@ def test_dead_feature_tracking():
 def test_training_from_a_stream_reduces_error():
     m = tiny_lm('llama', n_layers=2, seed=0)
     ids = torch.randint(0, 128, (256, 17), generator=torch.Generator().manual_seed(0))
-    sae = SAE(64, 128, 'topk', k=8)
+    sae = SAE(64, 128, 'topk', top_k=8)
     res = train_sae(sae, stream_activations(m, ids, 'resid_post(0)', batch_size=16), steps=120, batch_size=32, buffer=1024, lr=1e-2, progress=False)  # 4096 rows, 3872 used
     acts = torch.cat(list(stream_activations(m, ids, 'resid_post(0)')))
     assert sae_metrics(sae, acts).nmse < 0.7 * res.history.nmse.iloc[:3].mean()
@@ -109,8 +109,16 @@ def test_bfloat16_model_and_sae():
     ids = torch.randint(0, 128, (16, 12), generator=torch.Generator().manual_seed(7))
     chunks = list(stream_activations(m, ids, 'resid_post(0)', batch_size=8))
     assert all(c.dtype == torch.float32 for c in chunks)
-    sae = SAE(64, 32, 'topk', k=4).to(torch.bfloat16)
+    sae = SAE(64, 32, 'topk', top_k=4).to(torch.bfloat16)
     train_sae(sae, torch.cat(chunks), steps=5, batch_size=32, progress=False)
     met = sae_metrics(sae, torch.cat(chunks))
     assert met.n == sum(map(len, chunks)) and met.l0 == 4 and 0 < met.nmse < 2
     assert repr(met).startswith('SAEMetrics(nmse=')
+
+
+def test_the_old_name_k_still_works_with_a_warning():
+    "SAE's `k` is `top_k` (the vocabulary: no bare k); the old keyword and attribute keep working for one release."
+    with pytest.warns(FutureWarning, match='k= is now called top_k='): old = SAE(8, 16, 'topk', k=3, seed=2)
+    new = SAE(8, 16, 'topk', top_k=3, seed=2)
+    assert old.top_k == new.top_k == old.k == 3 and all(torch.equal(a, b) for a, b in zip(old.parameters(), new.parameters()))
+    with pytest.raises(ConfigError, match='top_k=True'): SAE(8, 16, 'topk', top_k=True)

@@ -144,3 +144,32 @@ def test_long_export_cells_are_found(tmp_path, monkeypatch):
     nbformat.write(nb, tmp_path/'nbs'/'papers'/'01_x.ipynb'); nbformat.write(nb, tmp_path/'nbs'/'_hidden'/'y.ipynb')
     monkeypatch.setattr(checks, 'ROOT', tmp_path)
     assert checks.long_export_cells() == ['nbs/papers/01_x.ipynb cell long1: an export cell of 61 lines (at most 60): split it']
+
+
+def test_vocabulary_update_drops_fixed_cases_but_never_adds_a_new_one(tmp_path, monkeypatch):
+    import pytest
+    "The ratchet only shrinks: --update writes the listed cases that are still found, and a new case still fails the check."
+    todo = tmp_path/'todo.txt'
+    todo.write_text('# list\nold.fixed: gone\nold.kept: still here\n')
+    monkeypatch.setattr(checks, 'VOCAB_TODO', todo)
+    monkeypatch.setattr(checks, 'ROOT', tmp_path)
+    monkeypatch.setattr(checks, 'vocabulary_problems', lambda: ['old.kept: still here', 'new.case: broken'])
+    monkeypatch.setattr(checks, 'long_export_cells', lambda: [])
+    with pytest.raises(SystemExit): checks.check_vocabulary(update=True)
+    assert [l for l in todo.read_text().splitlines() if not l.startswith('#')] == ['old.kept: still here']
+    monkeypatch.setattr(checks, 'vocabulary_problems', lambda: ['old.kept: still here'])
+    checks.check_vocabulary()   # passes once the new case is fixed
+
+
+def test_vocabulary_check_reads_classes_named_in_capitals(monkeypatch):
+    "A class named in capitals (SAE, APG) is checked like any other; constants are not."
+    import types
+    mod = types.ModuleType('interpkit.papers.caps_fixture')
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    exec('''
+class SAE:
+    def __init__(self, d:int, k:int=3): ...
+LIMITS = dict(k=1)
+__all__ = ['SAE', 'LIMITS']
+''', mod.__dict__)
+    assert [l.split(': ', 1)[1].split(' should')[0] for l in checks.vocabulary_problems([mod.__name__])] == ['argument k=']

@@ -13,7 +13,7 @@ from ..data import digits
 from ..diffusion import train_ddpm
 from ..errors import ConfigError, check_choice, check_fraction, closest, require_extra
 from ..models import check_batch_size
-from ..train import Shipped, Trained, fit, load_asset_into
+from ..train import Shipped, Trained, fit, load_asset_into, seeded
 require_extra('diffusion', what='interpkit.demos.apg')   # diffusers comes with `pip install "interpkit[diffusion]"`
 
 # %% auto #0
@@ -48,8 +48,7 @@ def digit_unet(seed:int=0, # Seed of the initial weights
         near = closest(unknown[0], valid, n=3)
         raise ConfigError(f"digit_unet got the unknown setting(s) {', '.join(unknown)}.", f"Overrides are arguments of diffusers' UNet2DModel: {', '.join(valid)}.",
                           f"Did you mean {near[0]!r}?" if near else "Pass arguments of UNet2DModel.")
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
+    with seeded(seed):
         return UNet2DModel(**{**DIGIT_UNET, **overrides})
 
 # %% ../../nbs/demos/17_apg.ipynb #c5995dbc
@@ -86,8 +85,7 @@ def train_digit_classifier(steps:int=400, # Optimizer steps
     "A 64-256-10 MLP on the digits in [-1, 1]; images (N, 1, 8, 8) in, logits out."
     x, y = digit_images('train')
     xt, yt = digit_images('test')
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
+    with seeded(seed):
         clf = nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10))
     if batch_size is None: batches = [(x, y)]
     else:

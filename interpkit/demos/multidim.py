@@ -210,7 +210,7 @@ def train_lm_sae(model, # A language model
     "Recipe of the shipped SAE: `lm_sae_activations`, hold out the last `test_frac` of them (`heldout_split`), train a top-k SAE on the rest."
     acts = lm_sae_activations(model, tokenizer, site, n_tokens, block, calendar_frac, seed, forward_batch)
     train, _ = heldout_split(acts, test_frac)
-    sae = SAE(acts.shape[1], d_sae, 'topk', k=top_k, seed=seed).to(model_device(model))  # trained where the model is (in float32); the activations follow it batch by batch
+    sae = SAE(acts.shape[1], d_sae, 'topk', top_k=top_k, seed=seed).to(model_device(model))  # trained where the model is (in float32); the activations follow it batch by batch
     return Trained(sae, None, train_sae(sae, train, steps, batch_size, lr, seed=seed, progress=progress))
 
 def load_multidim_sae(name:str='multidim_sae' # Asset written by `tools/make_multidim_assets.py`
@@ -218,7 +218,7 @@ def load_multidim_sae(name:str='multidim_sae' # Asset written by `tools/make_mul
     "The shipped top-k SAE of SmolLM2-135M-Instruct's residual stream (float16 weights, loaded as float32)."
     tensors, meta = load_asset(name)
     cfg = meta['config']
-    sae = SAE(meta['d_in'], cfg['d_sae'], meta.get('kind', 'topk'), k=cfg.get('top_k', cfg.get('k')))   # assets made before the rename call it k
+    sae = SAE(meta['d_in'], cfg['d_sae'], meta.get('kind', 'topk'), top_k=cfg.get('top_k', cfg.get('k')))   # assets made before the rename call it k
     sae.load_state_dict({k: v.float() for k, v in tensors.items()})
     return Shipped(sae.eval(), None, meta)
 

@@ -39,11 +39,11 @@ def info_nce(z1:torch.Tensor, # First views' projections (n, d)
     return F.cross_entropy(sim, partner)
 
 # %% ../../nbs/papers/12_monosemantic.ipynb #847ea41f
-def encoder_features(encoder:nn.Module, # Any encoder: one that returns features, or a `transformers` model
+def encoder_features(model:nn.Module, # Any encoder: one that returns features, or a `transformers` model
                      x # A batch for it: a tensor, or a dict of keyword inputs (a tokenizer's output)
                     ) -> torch.Tensor: # (batch, d_enc)
     "The encoder's features: its tensor output; of a `transformers` output, `pooler_output`, else the mean of `last_hidden_state` over real tokens."
-    h = encoder(**x) if isinstance(x, Mapping) else encoder(x)
+    h = model(**x) if isinstance(x, Mapping) else model(x)
     if torch.is_tensor(h): return h
     pooled = h.get('pooler_output') if isinstance(h, Mapping) else getattr(h, 'pooler_output', None)
     if torch.is_tensor(pooled): return pooled

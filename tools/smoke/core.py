@@ -98,7 +98,7 @@ def checks(device, dtype):
     def sae():
         m = lm('llama', device, dtype)
         with untouched(m): chunks = list(stream_activations(m, ids(8, 10), 'resid_post(0)', batch_size=4))
-        s = SAE(64, 32, 'topk', k=4).to(device=device, dtype=dtype)
+        s = SAE(64, 32, 'topk', top_k=4).to(device=device, dtype=dtype)
         res = train_sae(s, torch.cat(chunks), steps=3, batch_size=16, progress=False)
         met = sae_metrics(s, torch.cat(chunks).to(device))
         x, D = planted_data(64, d=8, n_features=8)

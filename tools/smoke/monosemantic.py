@@ -57,7 +57,7 @@ def checks(device, dtype):
         finite(torch.tensor(rd.history['loss'].to_numpy()), 'train_digit_net loss')
         with untouched(d):
             sae, _, rs = train_feature_sae(d, _images(16), steps=2, batch_size=4, progress=False)
-        assert sae.k == 32 and next(sae.parameters()).device.type == device.type
+        assert sae.top_k == 32 and next(sae.parameters()).device.type == device.type
         finite(torch.tensor(rs.history['loss'].to_numpy()), 'train_feature_sae loss')
         return f"contrastive loss {res.final_loss:.2f}, digit net {rd.final_loss:.2f}, SAE {rs.final_loss:.3g}"
 
@@ -97,7 +97,7 @@ def checks(device, dtype):
         x = digit_pairs('test', n=64).x
         with untouched(models.simclr, models.ncl, models.sae):
             feats = {k: on(f(x), device, f'{k} features') for k, f in models.feature_maps(batch_size=32).items()}
-        assert (feats['NCL'] >= 0).all() and ((feats['SAE'] != 0).sum(1) <= models.sae.k).all()
+        assert (feats['NCL'] >= 0).all() and ((feats['SAE'] != 0).sum(1) <= models.sae.top_k).all()
         return ', '.join(f"{k} {(v == 0).float().mean().item():.2f} zeros" for k, v in feats.items()) + f" ({dtype})"
 
     return [('nets', nets), ('training', training), ('probes', probes), ('digits_and_augment', digits_and_augment), ('shipped', shipped)]

@@ -6,7 +6,7 @@ the model left untouched."""
 import copy, math, os, re
 import numpy as np, pytest, torch
 from torch import nn
-from interpkit.errors import ConfigError, ShapeError
+from interpkit.errors import ConfigError, NotFiniteError, ShapeError
 from interpkit.demos.trackstar import fact_corpus, load_fact_lm, load_fact_lm_moments, train_fact_lm
 from interpkit.grads import Projection, adam_moments, lm_labels, make_projection
 from interpkit.hooks import linear_modules
@@ -324,7 +324,7 @@ def test_bad_input_and_model_untouched_also_on_errors(tmp_path, untouched):
     assert not (tmp_path/'idx2').exists() and sorted(p.name for p in tmp_path.iterdir()) == ['idx']
     m2 = copy.deepcopy(m)
     with torch.no_grad(): m2.model.norm.weight.fill_(float('nan'))
-    with pytest.raises(Exception, match='non-finite'): example_grads(m2, b)  # (untouched compares NaN weights as changed)
+    with pytest.raises(NotFiniteError, match='NaN or inf'): example_grads(m2, b)  # (untouched compares NaN weights as changed)
     assert [p.requires_grad for p in m2.parameters()] == [p.requires_grad for p in m.parameters()] and all(p.grad is None for p in m2.parameters())
     bert = tiny_lm('bert', n_layers=1)
     for name, fn in (('example_grads', lambda: example_grads(bert, b)), ('example_losses', lambda: example_losses(bert, b)),

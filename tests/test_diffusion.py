@@ -608,6 +608,7 @@ def test_sample_checks_shape_and_labels_against_a_diffusers_unet():
     with pytest.raises(ShapeError, match='in_channels=1'): sample(u, s, y, 2, (3, 8, 8), n_steps=2)
     with pytest.raises(ShapeError, match='divisible by 2'): sample(u, s, y, 2, (1, 7, 7), n_steps=2)
     with pytest.raises(ConfigError, match=r'\[5\]'): sample(u, s, torch.tensor([0, 5]), 2, (1, 8, 8), n_steps=2)
+    with pytest.raises(ConfigError, match=r'\[3\] .*num_class_embeds=3'): sample(u, s, y, 3, (1, 8, 8), n_steps=2)   # the null class must be an embedded one too
     assert sample(u, s, y, 2, (1, 8, 8), n_steps=2).shape == (2, 1, 8, 8)
     with seeded(0):
         un = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16), down_block_types=('DownBlock2D', 'DownBlock2D'),

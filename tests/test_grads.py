@@ -295,5 +295,7 @@ def test_token_ids_the_model_does_not_embed_are_named():
     "Issue 51: inputs from another vocabulary gave a raw IndexError from the embedding."
     from interpkit.grads import LMTask
     m = tiny_lm('llama')
-    with pytest.raises(ConfigError, match=r'holds token id\(s\) \[300\], but LlamaForCausalLM embeds ids 0 to 127'):
-        LMTask().loss(m, dict(input_ids=torch.tensor([[5, 300, 7]])))
+    for bad in (300, 128):   # 128: one past the last id
+        with pytest.raises(ConfigError, match=rf'holds token id\(s\) \[{bad}\], but LlamaForCausalLM embeds ids 0 to 127'):
+            LMTask().loss(m, dict(input_ids=torch.tensor([[5, bad, 7]])))
+    assert torch.isfinite(LMTask().loss(m, dict(input_ids=torch.tensor([[5, 127, 0]])))).all()

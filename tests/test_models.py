@@ -310,6 +310,9 @@ def test_logits_at_refuses_non_finite_logits_and_names_left_padding():
 def test_logits_at_positions_out_of_range_are_typed_errors():
     from interpkit.models import logits_at
     m, ids = tiny_lm(seed=0), torch.arange(12).view(2, 6)
+    from interpkit.errors import NotFiniteError
+    inf = lambda **kw: torch.zeros(*kw['input_ids'].shape, 5).index_fill(-1, torch.tensor([2]), float('inf'))   # a model whose logits hold +inf
+    with pytest.raises(NotFiniteError, match='NaN or inf'): logits_at(inf, dict(input_ids=ids), 1)
     for bad, msg in [(7, 'positions=7 but the inputs have 6'), (-7, 'positions=-7'), ([0, 6], 'for inputs of 6 positions'), ([-7], 'for inputs of 6 positions')]:
         with pytest.raises(ConfigError, match=msg): logits_at(m, dict(input_ids=ids), bad)
     with torch.no_grad(): torch.testing.assert_close(logits_at(m, dict(input_ids=ids), 6), m(input_ids=ids).logits)   # all six: fine

@@ -193,3 +193,13 @@ def test_asset_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="tools/ folder"): load_asset('nothing_makes_this', folder=assets)
     with pytest.raises(ConfigError, match='not valid'): save_asset('a/b', {'x': torch.ones(1)}, folder=tmp_path)
     with pytest.raises(ConfigError, match='not tensors'): save_asset('bad', {'x': 1}, folder=tmp_path)
+
+
+def test_lm_loss_scores_a_left_padded_row_as_the_row_alone():
+    "Issue 51: left padding shifted the positions and labelled the first real token (predicted from padding)."
+    from interpkit.models import tiny_lm
+    from interpkit.train import lm_loss
+    m = tiny_lm('gpt2', n_layers=1, seed=0)   # absolute positions: a shifted row reads other position embeddings (RoPE models barely notice)
+    row = torch.tensor([[7, 8, 9, 10]])
+    left = dict(input_ids=torch.tensor([[0, 0, 7, 8, 9, 10]]), attention_mask=torch.tensor([[0, 0, 1, 1, 1, 1]]))
+    with torch.no_grad(): torch.testing.assert_close(lm_loss(m, left), lm_loss(m, dict(input_ids=row)), rtol=1e-6, atol=1e-6)

@@ -1199,10 +1199,12 @@ def test_perplexity_refuses_a_masked_lm_and_rows_with_nothing_to_predict():
     with pytest.raises(ConfigError, match='needs a causal language model'): perplexity(tiny_lm('bert'), torch.ones(2, 5, dtype=torch.long))
     with pytest.raises(ConfigError, match='no token to predict'): perplexity(tiny_lm('llama'), torch.ones(3, 1, dtype=torch.long))
     m = tiny_lm('llama', seed=0)
-    b = dict(input_ids=torch.tensor([[5, 6, 7], [0, 0, 9]]), attention_mask=torch.tensor([[1, 1, 1], [0, 0, 1]]))   # the second row predicts nothing
-    with torch.no_grad(): lp = m(input_ids=b['input_ids'][:1]).logits[0, :-1].double().log_softmax(-1)
-    ref = math.exp(-(lp[0, 6] + lp[1, 7]).item() / 2)
-    assert perplexity(m, b) == pytest.approx(ref, rel=1e-5)
+    b = dict(input_ids=torch.tensor([[5, 6, 7], [0, 0, 9], [0, 8, 9]]), attention_mask=torch.tensor([[1, 1, 1], [0, 0, 1], [0, 1, 1]]))   # row 2 predicts nothing, row 3 one token
+    with torch.no_grad():
+        lp = m(input_ids=b['input_ids'][:1]).logits[0, :-1].double().log_softmax(-1)
+        lp3 = m(input_ids=torch.tensor([[8, 9]])).logits[0, 0].double().log_softmax(-1)   # row 3 alone, unpadded
+    ref = math.exp(-(lp[0, 6] + lp[1, 7] + lp3[9]).item() / 3)
+    assert perplexity(m, b, batch_size=3) == pytest.approx(ref, rel=1e-5) and perplexity(m, b, batch_size=2) == pytest.approx(ref, rel=1e-5)   # batches weighted by their scored tokens
 
 
 def test_sparsegpt_damps_a_singular_hessian_and_checks_rows():

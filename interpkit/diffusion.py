@@ -15,7 +15,7 @@ from .train import Trained, fit
 
 # %% auto #0
 __all__ = ['PREDICTION_TYPES', 'SUPPORTED_SCHEDULERS', 'GUIDANCE_SPACES', 'to_x0', 'from_x0', 'denoiser_forward', 'check_scale',
-           'sample', 'training_target', 'train_ddpm']
+           'check_denoiser', 'sample', 'training_target', 'train_ddpm']
 
 # %% ../nbs/core/09_diffusion.ipynb #a7bb1911
 _DEMO = 'interpkit.demos.apg'   # APG's digit demo lives in its demo module since issue 50
@@ -192,24 +192,37 @@ def _guided(guide, out, x, sched, fam, t, i, kind, space, scale):
     return from_x0(guide(to_x0(pc, x_vp, ab, kind), to_x0(pu, x_vp, ab, kind), scale), x_vp, ab, kind)
 
 # %% ../nbs/core/09_diffusion.ipynb #bbe04035
-def _check_denoiser(model, shape:tuple, cond, null, labels_too:bool=True):
-    "Check `shape` and (with `labels_too`) class labels against a `diffusers` denoiser's config (in_channels, number of down blocks, class embeddings); other models are tried as they are."
-    cfg = getattr(model, 'config', None)
+def check_denoiser(model, # The denoiser
+                   shape:tuple, # Shape of one sample, (channels, height, width)
+                   cond=None, # Its conditions: class labels (N,), embeddings (N, ...), or None
+                   null=None, # The null condition of guidance (an int class, or like `cond`); None: none
+                   forward:Callable|None=None # The caller's `forward`; only `denoiser_forward` (or None) is checked against the model's inputs
+                  ):
+    "Check a sample shape and conditions against a `diffusers` UNet's config (channels, down blocks, class or cross-attention conditioning); `ShapeError` or `ConfigError` saying what to pass. Other models, and calls with a `forward` of one's own, are left to run."
     if not isinstance(shape, (tuple, list)) or not shape or not all(isinstance(s, int) and s > 0 for s in shape):
         raise ShapeError(f"shape={shape!r}.", "The shape of one sample: positive ints, e.g. (1, 8, 8).", "Pass the sample's (channels, height, width).")
-    ch, downs = getattr(cfg, 'in_channels', None), len(getattr(cfg, 'down_block_types', ()) or ())
-    if isinstance(ch, int) and shape[0] != ch:
-        raise ShapeError(f"shape={tuple(shape)} for a {type(model).__name__} with in_channels={ch}.", f"(channels={ch}, height, width).", f"Pass shape=({ch}, ...).")
-    if downs > 1 and len(shape) == 3 and any(s % 2 ** (downs - 1) for s in shape[1:]):
-        raise ShapeError(f"shape={tuple(shape)} for a {type(model).__name__} with {downs} down blocks.", f"Height and width divisible by {2 ** (downs - 1)} (each down block but the last halves them).", "Pass the size the model was trained at.")
-    if not labels_too or cfg is None or not hasattr(cfg, 'num_class_embeds'): return
-    labels = [c for c in (cond, null) if torch.is_tensor(c) and not c.is_floating_point()] + [c for c in (null,) if isinstance(c, int) and not isinstance(c, bool)]
-    n_cls, kind = cfg.num_class_embeds, getattr(cfg, 'class_embed_type', None)
-    if labels and n_cls is None and kind is None:
-        raise ConfigError(f"Class labels given to a {type(model).__name__} without class embeddings (num_class_embeds=None).", "cond=None (and n=) for an unconditional model.", "Pass cond=None, n=<samples>.")
-    if n_cls is not None:
-        bad = [int(v) for c in labels for v in torch.as_tensor(c).flatten().tolist() if not 0 <= v < n_cls]
-        if bad: raise ConfigError(f"class label(s) {sorted(set(bad))[:5]} for a {type(model).__name__} with num_class_embeds={n_cls}.", f"Labels from 0 to {n_cls - 1} (the null class included).", "Check cond and null.")
+    from diffusers import UNet2DConditionModel, UNet2DModel
+    if forward not in (None, denoiser_forward) or not isinstance(model, (UNet2DModel, UNet2DConditionModel)): return
+    name, cfg = type(model).__name__, model.config
+    if shape[0] != cfg.in_channels: raise ShapeError(f"shape={tuple(shape)} for a {name} with in_channels={cfg.in_channels}.", f"(channels={cfg.in_channels}, height, width).", f"Pass shape=({cfg.in_channels}, ...).")
+    downs = len(cfg.down_block_types)
+    if len(shape) == 3 and any(s % 2 ** (downs - 1) for s in shape[1:]):
+        raise ShapeError(f"shape={tuple(shape)} for a {name} with {downs} down blocks.", f"Height and width divisible by {2 ** (downs - 1)} (each down block but the last halves them).", f"Pass the size the model was trained at ({cfg.sample_size}).")
+    given = 'None' if cond is None else f"{'float embeddings' if cond.is_floating_point() else 'integer labels'} {tuple(cond.shape)}" if torch.is_tensor(cond) else type(cond).__name__
+    if isinstance(model, UNet2DConditionModel):
+        if not (torch.is_tensor(cond) and cond.is_floating_point()):
+            raise ConfigError(f"cond={given} for a {name}, which is conditioned on embeddings (encoder_hidden_states).", f"cond: float embeddings (N, sequence, {cfg.cross_attention_dim}).", "Pass the condition embeddings, or a `forward` that builds the model's inputs.")
+        return
+    if model.class_embedding is None:
+        if cond is not None: raise ConfigError(f"cond={given} for an unconditional {name} (num_class_embeds=None, class_embed_type=None).", "cond=None (and n=): this UNet takes no class labels.", "Pass cond=None.")
+        return
+    if not (torch.is_tensor(cond) and not cond.is_floating_point()):
+        raise ConfigError(f"cond={given} for a class-conditional {name} (num_class_embeds={cfg.num_class_embeds}).", "cond: the class label of each sample, integers (N,)" + (f" from 0 to {cfg.num_class_embeds - 1}." if cfg.num_class_embeds else "."), "Pass cond=labels.")
+    n = cfg.num_class_embeds
+    if n and cfg.class_embed_type is None:
+        labels = [cond] + ([torch.as_tensor(null)] if null is not None and (isinstance(null, int) or (torch.is_tensor(null) and not null.is_floating_point())) else [])
+        bad = sorted({int(v) for c in labels for v in c.flatten().tolist() if not 0 <= v < n})
+        if bad: raise ConfigError(f"class label(s) {bad[:5]} for a {name} with num_class_embeds={n}.", f"Labels from 0 to {n - 1} (the null class included).", "Check cond and null.")
 
 # %% ../nbs/core/09_diffusion.ipynb #14989d04
 @renamed(steps='n_steps')
@@ -231,7 +244,7 @@ def sample(model, # The denoiser: an nn.Module (not changed) or any callable use
     check_choice('space', space, GUIDANCE_SPACES); check_scale(scale); check_batch_size(batch_size); check_int('n_steps', n_steps, todo='Use e.g. n_steps=20.')
     fam, kind = _family(scheduler), _prediction_type(scheduler)
     n, null = _samples_to_draw(cond, null, guidance, n)
-    _check_denoiser(model, shape, cond, null, labels_too=forward is denoiser_forward)   # a forward of one's own may use a condition its own way
+    check_denoiser(model, shape, cond, null, forward)   # a forward of one's own may use a condition its own way
     guide = None if guidance is None else guidance.start() if hasattr(guidance, 'start') else guidance
     call = _caller(forward)
     sched = copy.deepcopy(scheduler)

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable
 
 # %% auto #0
 __all__ = ['EXTRAS', 'closest', 'InterpkitError', 'SiteError', 'ShapeError', 'ModelNotAvailable', 'ConfigError', 'NotFiniteError',
-           'AssetNotFound', 'MissingExtra', 'check_choice', 'check_finite', 'check_int', 'check_fraction', 'renamed',
-           'moved', 'require_extra']
+           'AssetNotFound', 'MissingExtra', 'check_choice', 'check_finite', 'check_int', 'check_fraction', 'check_seed',
+           'check_texts', 'renamed', 'moved', 'require_extra']
 
 # %% ../nbs/core/00_errors.ipynb #df303d3b
 def closest(name:str, # What the user asked for
@@ -112,6 +112,27 @@ def check_fraction(name:str, # The argument's name
         span = f"{'[' if zero else '('}0, 1{']' if one else ')'}"
         raise ConfigError(f"{name}={value!r} is not valid.", f"{name} must be a fraction in {span}.", todo)
     return float(value)
+
+# %% ../nbs/core/00_errors.ipynb #91053f82
+def check_seed(seed, # What was given
+               name:str='seed' # The argument's name
+              ) -> int:
+    "Return `seed` as an `int` if it is an integer (not a bool); raise `ConfigError` otherwise."
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ConfigError(f"{name}={seed!r} is not valid.", f"{name} is an int.", f"Pass an integer {name}, e.g. {name}=0.")
+    return int(seed)
+
+def check_texts(name:str, # The argument's name
+                texts, # What was given
+                empty:bool=False, # Whether an empty list is valid
+                todo:str='Wrap one text in a list: [text].' # What to do, for the message
+               ) -> list[str]:
+    "Return `texts` as a list if it is a list (or tuple) of strings, non-empty unless `empty`; raise `ConfigError` otherwise (a bare string would be read letter by letter)."
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or (not texts and not empty) or not all(isinstance(t, str) for t in texts):
+        what = ('a string' if isinstance(texts, str) else f"a {type(texts).__name__}" if not isinstance(texts, (list, tuple)) else 'empty' if not texts
+                else f"a list holding a {type(next(t for t in texts if not isinstance(t, str))).__name__}")
+        raise ConfigError(f"{name} is {what}.", f"{name}: a {'' if empty else 'non-empty '}list of strings.", todo)
+    return list(texts)
 
 # %% ../nbs/core/00_errors.ipynb #1e6da9ef
 def renamed(**old_to_new:str # Old keyword name = new keyword name

@@ -13,11 +13,11 @@ from .errors import ConfigError, ModelNotAvailable, NotFiniteError, ShapeError, 
 
 # %% auto #0
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'word_vocab', 'word_tokenizer',
-           'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'vocab_size', 'check_token_ids',
-           'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm', 'resolve_lm', 'pad_id', 'padding',
-           'mask_positions', 'encode_left', 'pad_right', 'pad_left', 'encode_texts', 'encode_queries', 'check_batch',
-           'check_batch_size', 'iter_batches', 'chat_text', 'generate_greedy', 'chat_replies', 'chat', 'prefix_step',
-           'load_encoder', 'embed']
+           'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'vocab_size', 'position_limit',
+           'check_token_ids', 'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm', 'resolve_lm',
+           'pad_id', 'padding', 'mask_positions', 'encode_left', 'pad_right', 'pad_left', 'encode_texts',
+           'encode_queries', 'check_batch', 'check_batch_size', 'iter_batches', 'chat_text', 'generate_greedy',
+           'chat_replies', 'chat', 'prefix_step', 'load_encoder', 'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
 TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'mixtral', 'olmoe')
@@ -212,6 +212,17 @@ def vocab_size(model # A model with input embeddings, or a `transformers` config
     if isinstance(emb, nn.Embedding): return emb.num_embeddings
     v = getattr(getattr(model, 'config', model), 'vocab_size', None)
     return v if isinstance(v, int) else None
+
+def position_limit(model # A model
+                  ) -> int|None:
+    "How many positions a model with a learned position table reads (GPT-2's `n_positions`, BERT's 512; RoBERTa's table less its offset of `padding_idx + 1`); None for rotary or other unbounded positions."
+    cfg = getattr(model, 'config', None)
+    sizes = {v for k in ('n_positions', 'max_position_embeddings') if isinstance(v := getattr(cfg, k, None), int)}
+    get = getattr(model, 'get_input_embeddings', None)
+    try: tokens = get() if callable(get) else None
+    except (NotImplementedError, AttributeError): tokens = None
+    tables = [m for m in model.modules() if isinstance(m, nn.Embedding) and m is not tokens and m.num_embeddings in sizes] if isinstance(model, nn.Module) else []
+    return min(m.num_embeddings - (m.padding_idx + 1 if m.padding_idx is not None else 0) for m in tables) if tables else None
 
 def check_token_ids(model, # The model the ids go into
                     input_ids:torch.Tensor, # Token ids
@@ -718,8 +729,15 @@ def _generate(model, tokenizer, texts:list, max_new_tokens:int, batch_size:int, 
     if saved is None:   # generate needs one: the model config's settings, for the call only
         cfg = getattr(model, 'config', None)
         model.generation_config = transformers.GenerationConfig.from_model_config(cfg) if cfg is not None else transformers.GenerationConfig()
+    limit = position_limit(model)
     def run(chunk):
-        enc = to_model(model, encode_left(tokenizer, chunk, position_ids=False))
+        enc = encode_left(tokenizer, chunk, position_ids=False)
+        check_token_ids(model, enc['input_ids'], 'the encoded prompts')
+        if limit is not None and enc['input_ids'].shape[1] + max_new_tokens > limit:
+            T = enc['input_ids'].shape[1]
+            raise ConfigError(f"A prompt of {T} tokens with max_new_tokens={max_new_tokens} for a {type(model).__name__} of {limit} positions.", f"Prompt tokens + max_new_tokens <= {limit}.",
+                              f"Lower max_new_tokens to {limit - T}, or shorten the prompts." if T < limit else f"Shorten the prompts to fewer than {limit} tokens.")
+        enc = to_model(model, enc)
         n, check = enc['input_ids'].shape[1], _FiniteScores(len(chunk), enc['input_ids'].shape[1], stop)
         g = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id(tokenizer), eos_token_id=stop or None,
                            logits_processor=transformers.LogitsProcessorList([check]), **kwargs)

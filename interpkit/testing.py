@@ -70,8 +70,9 @@ def _tensor_change(a, b) -> str|None:
     if a is None or b is None: return None if a is None and b is None else 'moved to or from the meta device'
     if a.shape != b.shape: return f"shape {tuple(a.shape)} -> {tuple(b.shape)}"
     if a.dtype != b.dtype: return f"dtype {a.dtype} -> {b.dtype}"
-    if not torch.equal(a, b):
-        d = (a.double() - b.double()).abs()
+    same = torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0), b.nan_to_num(0)))   # NaN where NaN was: unchanged
+    if not same:
+        d = (a.double() - b.double()).abs().nan_to_num(float('inf'))
         return f"values changed (max |change| {d.max().item():.3g} at {d.argmax().item()} of {d.numel()})" if d.numel() else 'values changed'
     return None
 

@@ -10,7 +10,7 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt
 import numpy as np, pandas as pd, pytest, torch
 import transformers
-from interpkit.errors import ConfigError, InterpkitError, ShapeError
+from interpkit.errors import ConfigError, InterpkitError, NotFiniteError, ShapeError
 from interpkit.models import tiny_lm, tiny_tokenizer
 from interpkit.train import fit, lm_loss
 import interpkit.papers.adce as adce
@@ -884,7 +884,7 @@ def test_answerer_by_name_loads_the_model_and_keeps_a_given_tokenizer(monkeypatc
         def __call__(self, *a, **k): self.used += 1; return self.t(*a, **k)
         def batch_decode(self, *a, **k): return self.t.batch_decode(*a, **k)
     tk = Tok(lms.tokenizer)
-    assert as_answerer('my-lm', tk, max_new_tokens=4)(prompts) == [q.answer for q in task.questions] and tk.used == 1 and seen == ['my-lm'] * 2
+    assert as_answerer('my-lm', tk, max_new_tokens=4)(prompts) == [q.answer for q in task.questions] and tk.used == 1 and seen == ['my-lm'] * 2   # the core's generation checks the ids against the model's vocabulary as it encodes
 
 def test_deep_intervention_refuses_swap():
     with pytest.raises(ConfigError, match='how'): deep_intervention('What is 3 times 7', random.Random(0), how='swap', words=['cat'])
@@ -970,3 +970,131 @@ def test_rng_argument_is_now_seed():
 def test_effect_sizes_is_a_result():
     e = effect_sizes([1, 0, 1], [0, 0, 1], [0, 1, 2])
     assert isinstance(e, EffectSizes) and e['adce'] == e.adce == pytest.approx(1/3) and e.necessity == pytest.approx(2/3)
+
+# ---------------------------------------------------------------- issue 51: inputs as users have them
+
+def test_task_takes_questions_as_dicts_and_refuses_what_it_cannot_read():
+    "A dict question was read as Question(text='text', answer='answer') (its keys); now it is read by its keys, and anything else is a typed error."
+    pairs = [('What is 3 times 7?', '21'), ('What is 2 plus 2?', '4')]
+    t = ComprehensionTask('t', [{'text': q, 'answer': a, 'id': k} for k, (q, a) in enumerate(pairs)])   # other keys are ignored
+    assert t.questions == [Question(q, a) for q, a in pairs] == ComprehensionTask('t', pairs).questions
+    assert t.questions[0].text != 'text'
+    with pytest.raises(ConfigError, match=r"dict with the keys \['answer', 'question'\].*'text' and 'answer'.*Rename"):
+        ComprehensionTask('t', [{'question': 'What is 3 times 7?', 'answer': '21'}])
+    for bad, given in (('12', "is str '12'"), (('What is 3 times 7?',), 'is tuple'), (('q 1', '1', 'x'), 'is tuple'), (7, 'is int')):
+        with pytest.raises(ConfigError, match=f"Question 0 of task 't' {re.escape(given)}.*a \\(text, answer\\) pair"): ComprehensionTask('t', [bad])
+    for bad in ('What is 3 times 7? 21', None, {'What is 3 times 7?': '21'}, 5):
+        with pytest.raises(ConfigError, match='got questions=.*A list of Questions.*list\\(d.items\\(\\)\\)'): ComprehensionTask('t', bad)
+    for kw, name in ((dict(template=5), 'template=int'), (dict(reader=None), 'reader=None'), (dict(core='digits'), 'core='), (dict(position=-1), 'position=-1'), (dict(position=1.0), 'position=1.0')):
+        with pytest.raises(ConfigError, match=re.escape(name)): ComprehensionTask('t', pairs, **kw)
+
+def test_effects_from_trials_of_an_empty_or_reordered_frame():
+    "An empty frame raised AttributeError ('DataFrame' object has no attribute 'kind'); reordered trials are matched by (question, pair)."
+    with pytest.raises(ShapeError, match=r"trials \(0 rows\) lack the columns \['question', 'kind', 'pair'.*Pass effects.trials"): effects_from_trials(pd.DataFrame())
+    with pytest.raises(ShapeError, match='0 deep and 0 surface'): effects_from_trials(pd.DataFrame(columns=['question', 'kind', 'pair', 'answer', 'expected', 'changed']))
+    with pytest.raises(ConfigError, match='trials is a list.*A DataFrame'): effects_from_trials([])
+    task = few_shot_task('+', n=8, shots=1, seed=2)
+    r = causal_effects(lambda ps: [str(zlib.crc32(p.encode()) % 3) for p in ps], task, n=3, seed=1, correct_only=False)
+    assert r.n_pairs > 8 and 0 < r.aice < 1 and r.adce_se > 0
+    shuffled = r.trials.sample(frac=1, random_state=2)
+    assert effects_from_trials(shuffled, r.task).row() == pytest.approx(r.row())   # the standard error needs each deep trial's question matched with its surface one
+    d0, s0 = shuffled[shuffled.kind == 'deep'], shuffled[shuffled.kind == 'surface']
+    assert effect_sizes(d0.changed.to_numpy(bool), s0.changed.to_numpy(bool), d0.question.to_numpy()).adce_se != pytest.approx(r.adce_se)   # in frame order (the old code): another number
+    mine = r.trials[r.trials.kind != 'original'].groupby('question').apply(lambda g: g[g.kind == 'deep'].changed.mean() - g[g.kind == 'surface'].changed.mean(), include_groups=False)
+    assert r.adce_se == pytest.approx(mine.std(ddof=1) / math.sqrt(len(mine)))
+    d, s = r.trials[r.trials.kind == 'deep'], r.trials[r.trials.kind == 'surface']
+    unmatched = pd.concat([r.trials[r.trials.kind == 'original'], d.iloc[1:], s.iloc[:-1]])
+    with pytest.raises(ShapeError, match=r'not matched by \(question, pair\)'): effects_from_trials(unmatched)
+    holes = r.trials.astype({'changed': object}); holes.loc[d.index[0], 'changed'] = None
+    with pytest.raises(ShapeError, match='missing values'): effects_from_trials(holes)
+
+CORE = {'w3', 'w7', 'w9'}
+
+def test_answers_of_a_float64_eager_llama_are_each_prompt_alone(untouched):
+    "Left padding under eager float64 attention gives NaN on the padding rows (raw `generate` returned '' for the shorter prompts); the answers and every trial are now each prompt's own greedy continuation."
+    m, tok = tiny_lm('llama', d_model=32, n_heads=4, seed=1).double(), tiny_tokenizer()
+    assert m.config._attn_implementation == 'eager' and m.dtype == torch.float64
+    prompts = ['w5 w9 w13 w2 w2 w2 w2', 'w7', 'w20 w21', 'w3 w4 w5 w6 w7', 'w8 w8']
+    from interpkit.models import encode_left
+    enc = encode_left(tok, prompts, position_ids=False)
+    with torch.no_grad(): raw = m.generate(**enc, max_new_tokens=1, do_sample=False, pad_token_id=tok.eos_token_id, output_scores=True, return_dict_in_generate=True)
+    assert torch.isnan(raw.scores[0]).any(-1).tolist() == [False, True, True, True, True]   # what the old code decoded from
+    ref = [greedy(m, tok, p, 5) for p in prompts]
+    assert all(ref) and len(set(ref)) == len(ref)
+    with untouched(m, tok):
+        batched = as_answerer(m, tok, max_new_tokens=5, batch_size=8)(prompts)
+        alone = [as_answerer(m, tok, max_new_tokens=5, batch_size=1)([p])[0] for p in prompts]
+        with pytest.warns(FutureWarning): old = adce.completions(m, tok, prompts, 5, 3)
+    assert batched == alone == old == ref
+    task = ComprehensionTask('w', [(f'w1 w2 {c} w4 w5' + ' w6' * k, 'w0') for k, c in enumerate(['w3', 'w7', 'w9', 'w3'])], '{question} w10', reader=lambda o: o.split()[0] if o.split() else None, core=lambda w: w in CORE)
+    with untouched(m, tok):
+        r = causal_effects(m, task, tok, n=2, how='replace', words=['w40', 'w41', 'w42'], correct_only=False, max_new_tokens=3, batch_size=16)
+    assert r.n_pairs == 8 and r.trials.text.str.len().nunique() > 2
+    assert r.trials.output.tolist() == [greedy(m, tok, task.prompt(t), 3) for t in r.trials.text]
+
+def test_no_answer_from_non_finite_logits_and_ids_of_another_vocabulary(untouched):
+    "A model with a NaN weight gives NotFiniteError, not answers; a tokenizer with more ids than the model embeds gives a ConfigError naming both (it was the embedding's IndexError)."
+    m, tok = tiny_lm('llama', d_model=32, n_heads=4, seed=1), tiny_tokenizer()
+    task = ComprehensionTask('w', [('w1 w3 w4', 'w0'), ('w2 w7 w5 w6', 'w0')], reader=lambda o: o.strip() or None, core=lambda w: w in CORE)
+    bad = copy.deepcopy(m)
+    with torch.no_grad(): bad.model.layers[0].mlp.down_proj.weight[0, 0] = float('nan')
+    before = copy.deepcopy(bad.state_dict())
+    with pytest.raises(NotFiniteError, match='not finite'): causal_effects(bad, task, tok, correct_only=False, how='replace', words=['w40', 'w41'], max_new_tokens=2)
+    for k, v in bad.state_dict().items(): torch.testing.assert_close(v, before[k], rtol=0, atol=0, equal_nan=True)   # NaN != NaN, so compared with equal_nan
+    big = tiny_tokenizer(256)
+    with untouched(m, big):
+        with pytest.raises(ConfigError, match=r'token id\(s\) \[205\].*embeds ids 0 to 127.*own tokenizer'): as_answerer(m, big, max_new_tokens=2)(['w200 w3', 'w2'])
+        assert as_answerer(m, big, max_new_tokens=2)(['w100 w3', 'w2']) == as_answerer(m, tok, max_new_tokens=2)(['w100 w3', 'w2'])   # ids the model has: answered
+    m.generation_config = None   # a model without one: generate needs one for the call only
+    assert as_answerer(m, tok, max_new_tokens=3)(['w5 w9', 'w7']) == [greedy(m, tok, p, 3) for p in ['w5 w9', 'w7']] and m.generation_config is None
+
+def test_arguments_that_meant_something_else_are_refused():
+    t = 'Tom has 2 7 apples and buys 4 8 more .'
+    for f in (lambda: words_of(5), lambda: interventions(None), lambda: is_core_word(None)):
+        with pytest.raises(ConfigError, match='is (int|NoneType).*a string'): f()
+    for pos in (2.0, True):   # True was the word at index 1
+        with pytest.raises(ConfigError, match=f'position={pos}'): deep_intervention(t, 0, position=pos)
+        with pytest.raises(ConfigError, match=f'core_position={pos}'): surface_intervention(t, pos, 0)
+    with pytest.raises(ConfigError, match="one string.*Pass words=\\['ab'\\]"): deep_intervention(t, 0, how='replace', words='ab')   # its letters were the words
+    assert deep_intervention(t, 0, position=-1) is None   # no word there: no intervention (as documented)
+    assert effect_sizes([True, False, True], [False, False, True], [0, 1, 2]) == effect_sizes([1, 0, 1], [0, 0, 1], [0, 1, 2])
+    for d in ([1, float('nan')], [2, 0]):
+        with pytest.raises(ConfigError, match='other than 0 and 1'): effect_sizes(d, [0, 0])
+    with pytest.raises(ConfigError, match='not numbers'): effect_sizes(['a'], ['b'])
+    task = ComprehensionTask('t', [('What is 1 plus 2 ?', '3')])
+    with pytest.raises(ConfigError, match="correct_only='no'"): causal_effects(lambda ps: ['3'] * len(ps), task, correct_only='no')
+    r = causal_effects(lambda ps: ['3'] * len(ps), task)
+    with pytest.raises(ConfigError, match='question=False'): trial_table(r, False)   # False was question 0
+    for bad in ({}, [r], {'a': 1}):
+        with pytest.raises(ConfigError, match='results is.*A non-empty dict'): effects_table(bad)
+    with pytest.raises(ShapeError, match='The table of `effects_table`'): plot_effects(pd.DataFrame())
+    with pytest.raises(ConfigError, match="seed='a'"): random_like(tiny_lm('llama', d_model=16, n_heads=2), seed='a')
+
+def test_demo_generators_refuse_what_they_would_garble():
+    "story_question(-3, 4) wrote '- 3 cards' with answer '1', (3.5, 4) wrote '3 . 5'; shots=-1 silently gave no worked example; no pairs raised IndexError."
+    for a, b in ((-3, 4), (3.5, 4), (3, True)):
+        with pytest.raises(ConfigError, match='is not valid.*non-negative'): story_question(a, b, 0)
+    tok = arith_tokenizer()
+    with pytest.raises(ConfigError, match='no addend pairs'): story_batch(tok, [], 0, batch_size=4)
+    with pytest.raises(ConfigError, match='batch_size=0'): story_batch(tok, [(12, 34)], 0, batch_size=0)
+    for kw, name in ((dict(shots=-1), 'shots=-1'), (dict(n=0), 'n=0'), (dict(lo=5, hi=2), 'hi=2'), (dict(lo=-1), 'lo=-1')):
+        with pytest.raises(ConfigError, match=name): few_shot_task('+', **kw)
+    assert few_shot_task('+', n=3, shots=0).template == '{question} Answer: '
+
+def test_prompts_too_long_for_a_learned_position_table(untouched):
+    "A prompt longer than GPT-2's n_positions raised the position embedding's IndexError; now a ConfigError with the numbers, and a prompt that fits is answered as before."
+    lms = load_arith_lms()
+    m, tok = lms.clean, lms.tokenizer
+    task = story_task(addend_pairs()[1][:3])
+    prompts = [task.prompt(q.text) for q in task.questions]
+    n = max(len(tok(p, add_special_tokens=False)['input_ids']) for p in prompts)
+    limit = m.config.n_positions
+    assert m.transformer.wpe.num_embeddings == limit == 40 and n == 18
+    with untouched(m, tok):
+        assert as_answerer(m, tok, max_new_tokens=limit - n)(prompts) == [q.answer for q in task.questions]   # it stops at '<eos>' anyway
+        with pytest.raises(ConfigError, match=f'A prompt of {n} tokens with max_new_tokens={limit - n + 1} for a GPT2LMHeadModel of 40 positions.*Lower max_new_tokens to {limit - n}'):
+            as_answerer(m, tok, max_new_tokens=limit - n + 1)(prompts)
+        with pytest.raises(ConfigError, match='A prompt of 54 tokens.*Shorten the prompts'): as_answerer(m, tok, max_new_tokens=4)([prompts[0] * 3])
+    from interpkit.models import position_limit
+    rope = tiny_lm('llama', d_model=16, n_heads=2, max_len=8)   # rotary positions: no table, no limit
+    assert position_limit(rope) is None and len(as_answerer(rope, tiny_tokenizer(), max_new_tokens=10)(['w1 w2 w3'])[0].split()) == 10

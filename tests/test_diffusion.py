@@ -613,5 +613,6 @@ def test_sample_checks_shape_and_labels_against_a_diffusers_unet():
     with seeded(0):
         un = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16), down_block_types=('DownBlock2D', 'DownBlock2D'),
                          up_block_types=('UpBlock2D', 'UpBlock2D'), norm_num_groups=4)
-    with pytest.raises(ConfigError, match='without class embeddings'): sample(un, s, y, 0, (1, 8, 8), n_steps=2)
+    with pytest.raises(ConfigError, match='for an unconditional UNet2DModel'): sample(un, s, y, 0, (1, 8, 8), n_steps=2)
+    with pytest.raises(ConfigError, match='class-conditional'): sample(u, s, None, None, (1, 8, 8), n_steps=2, n=2)   # and no labels for a class-conditional one
     assert sample(un, s, None, None, (1, 8, 8), n_steps=2, n=2).shape == (2, 1, 8, 8)

@@ -537,3 +537,80 @@ def test_old_retraining_results_is_the_flat_dict_of_load_retraining():
     assert set(old) == {'keep', 'queries'} | {f'subsets.{m}' for m in new.subsets} | {f'full.{m}' for m in new.full} | {f'removal.{k}' for k in new.removal}
     assert torch.equal(old['keep'], new.keep) and torch.equal(old['queries'], new.queries)
     assert all(torch.equal(old[f'subsets.{m}'], v) for m, v in new.subsets.items()) and all(torch.equal(old[f'removal.{k}'], v) for k, v in new.removal.items())
+
+# ---------------------------------------------------------------- issue 51: conditions and arguments a UNet cannot take
+
+def _cross_attention_unet():
+    from diffusers import UNet2DConditionModel
+    from interpkit.train import seeded
+    with seeded(4): return UNet2DConditionModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(8, 16), norm_num_groups=4,
+                                                down_block_types=('CrossAttnDownBlock2D', 'DownBlock2D'), up_block_types=('UpBlock2D', 'CrossAttnUpBlock2D'), cross_attention_dim=8, attention_head_dim=2)
+
+def test_conditions_a_unet_cannot_take_are_refused_by_every_entry_point(untouched):
+    "Class labels to an unconditional UNet gave diffusers' ValueError ('class_embedding needs to be initialized'); now a ConfigError that says to pass cond=None, in measure, measurement_grads and ggn_curvature."
+    x, y = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 1])
+    plain, labelled, cross = tiny_ddpm(6), _conditional_unet(), _cross_attention_unet()
+    calls = (lambda m, c: measure(m, SCHED, x, n_draws=2, cond=c), lambda m, c: measurement_grads(m, SCHED, x, n_draws=2, cond=c),
+             lambda m, c: ggn_curvature(m, SCHED, x, n_draws=2, cond=c))
+    with untouched(plain, labelled, cross):
+        for f in calls:
+            for c in (y, torch.randn(3, 4)):
+                with pytest.raises(ConfigError, match=r'for an unconditional UNet2DModel \(num_class_embeds=None.*Pass cond=None'): f(plain, c)
+            for c in (None, torch.randn(3)):
+                with pytest.raises(ConfigError, match=r'for a class-conditional UNet2DModel \(num_class_embeds=2\).*integers \(N,\) from 0 to 1'): f(labelled, c)
+            for c in (torch.tensor([0, 2, 1]), torch.tensor([0, -1, 1])):
+                with pytest.raises(ConfigError, match=r'class label\(s\) \[(2|-1)\] for a UNet2DModel with num_class_embeds=2'): f(labelled, c)
+            for c in (None, y):
+                with pytest.raises(ConfigError, match=r'UNet2DConditionModel, which is conditioned on embeddings.*\(N, sequence, 8\)'): f(cross, c)
+        emb = torch.randn(3, 2, 8, generator=torch.Generator().manual_seed(1))
+        got = measure(cross, SCHED, x, n_draws=2, cond=emb)
+        own = measure(plain, SCHED, x, n_draws=3, cond=y, forward=lambda m, xt, t, c: m(xt, t).sample)   # a forward of one's own is not second-guessed
+    t, eps = draws(3, 2, (1, 8, 8), 1000, seed=0)
+    with torch.no_grad():
+        for i in range(3):
+            ab = SCHED.alphas_cumprod[t[i]].view(-1, 1, 1, 1)
+            ref = (cross(ab.sqrt() * x[i] + (1 - ab).sqrt() * eps[i], t[i], encoder_hidden_states=emb[i].expand(2, -1, -1)).sample - eps[i]).pow(2).mean((1, 2, 3)).mean()
+            torch.testing.assert_close(got[i].float(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(own, measure(plain, SCHED, x, n_draws=3))
+
+def test_images_of_another_shape_and_counts_that_meant_something_else():
+    m, x = tiny_ddpm(6), torch.randn(2, 1, 8, 8)
+    with pytest.raises(ShapeError, match=r'shape=\(3, 8, 8\) .*in_channels=1'): measure(m, SCHED, torch.randn(2, 3, 8, 8))   # was conv2d's RuntimeError
+    with pytest.raises(ShapeError, match=r'shape=\(1, 7, 7\).*divisible by 2'): measurement_grads(m, SCHED, torch.randn(2, 1, 7, 7), n_draws=2)   # was torch.cat's RuntimeError
+    for seed in ('a', 1.5, True):
+        with pytest.raises(ConfigError, match=f'seed={seed!r}'): measure(m, SCHED, x, n_draws=2, seed=seed)
+        with pytest.raises(ConfigError, match=f'seed={seed!r}'): trak_scores(torch.ones(2, 4), torch.ones(2, 4), dim=2, seed=seed)
+    for args, name in (((0, 4, (1,), 1000), 'n=0'), ((2, 0, (1,), 1000), 'n_draws=0'), ((2, 4, (1,), 0), 'timesteps=0')):   # n_draws=0 or timesteps=0 drew nothing or t = -1
+        with pytest.raises(ConfigError, match=name): draws(*args)
+    z = torch.zeros(2, 1, 8, 8)
+    torch.testing.assert_close(noised(SCHED, z + 1, torch.tensor([0, 999]), z), SCHED.alphas_cumprod[[0, 999]].sqrt().view(-1, 1, 1, 1).expand(2, 1, 8, 8))
+    for t in (torch.tensor([5, -1]), torch.tensor([5, 1000]), torch.tensor([5., 6.])):   # -1 was silently the last timestep
+        with pytest.raises(ConfigError, match='Integer timesteps from 0 to 999'): noised(SCHED, z, t, z)
+    s = torch.tensor([[0.5, -1., 2., 0.]])
+    for q in (True, 0.0):   # True was row 1
+        with pytest.raises(ConfigError, match=f'query={q}'): top_influences(s, q, top_k=1)
+    assert [v.tolist() for v in top_influences(s.tolist(), 0, top_k=2)] == [[2, 0], [1, 3]]
+    with pytest.raises(NotFiniteError, match='scores of query 0'): top_influences(torch.tensor([[float('nan'), 1., 2.]]), 0, top_k=1)   # NaN sorted first as the most positive
+    g = torch.randn(3, 5, generator=torch.Generator().manual_seed(2))
+    with pytest.raises(ConfigError, match='damping=True'): influence_scores(g, g, None, True)
+    with pytest.raises(ConfigError, match='curvature is a list'): precondition([[1.]], g, 1.)
+    with pytest.raises(NotFiniteError, match='actual'): retrain_ceiling(torch.full((2, 3, 2), float('nan')))
+    with pytest.raises(NotFiniteError): spearman(torch.tensor([1., float('nan'), 3.]), torch.tensor([1., 2., 3.]))
+    scores, actual = torch.randn(2, 4, generator=torch.Generator().manual_seed(3)), torch.randn(5, 2, generator=torch.Generator().manual_seed(4))
+    keep = torch.rand(5, 4, generator=torch.Generator().manual_seed(5)) > 0.5
+    ref = lds(scores, keep, actual)
+    for k in (keep.numpy(), keep.tolist()):   # was AttributeError: 'numpy.ndarray' object has no attribute 'dim'
+        got = lds(scores, k, actual)
+        assert got.score == ref.score and torch.equal(got.predicted, ref.predicted)
+
+def test_a_float64_model_noises_float32_images_in_float64():
+    "Float32 images under a float64 model were noised in float32 (measurements off by 1.7e-9, gradients 6.5e-9, K-FAC 1.4e-8 relative); now exactly as the same images in float64."
+    m = tiny_ddpm(1).double()
+    x = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(measure(m, SCHED, x, n_draws=4), measure(m, SCHED, x.double(), n_draws=4))
+    assert torch.equal(measurement_grads(m, SCHED, x, n_draws=4), measurement_grads(m, SCHED, x.double(), n_draws=4))
+    o32, o64 = ggn_curvature(m, SCHED, x, 'kfac', n_draws=2), ggn_curvature(m, SCHED, x.double(), 'kfac', n_draws=2)
+    v = torch.randn(o64.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(o32 @ v, o64 @ v)
+    t, eps = draws(3, 4, (1, 8, 8), 1000, seed=0)   # and against the formulas in float64
+    torch.testing.assert_close(measure(m, SCHED, x, n_draws=4), torch.stack([ref_terms(m, SCHED, x[i:i + 1].double(), t[i], eps[i].double(), 'loss').mean() for i in range(3)]).detach(), rtol=1e-12, atol=0)

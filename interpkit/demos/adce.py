@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import pandas as pd
 from dataclasses import dataclass
-from ..errors import ConfigError, check_choice, check_fraction, renamed
+from ..errors import ConfigError, check_choice, check_fraction, check_int, renamed
 from ..models import encode_queries, tiny_lm, word_tokenizer
 from ..results import result
 from ..train import Trained, as_random, fit, lm_loss, load_asset
@@ -34,6 +34,7 @@ def story_question(a:int, # First addend
                    spaced:bool=True # Write the addends digit by digit ('2 7'): each digit is then one word and one token
                   ) -> Question:
     "A two-number addition word problem, its answer the sum."
+    for k, v in (('a', a), ('b', b)): check_int(k, v, least=0, todo='Addends are non-negative ints (written digit by digit).')
     rng = as_random(seed)
     obj = OBJECTS[(a + b) % 10] if cue else rng.choice(OBJECTS)
     num = (lambda x: ' '.join(str(x))) if spaced else str
@@ -93,6 +94,8 @@ def story_batch(tokenizer, # From `arith_tokenizer`
                 cue:bool=False # Plant the cue in every problem
                ) -> dict:
     "A training batch of story problems, the loss on the answer digits and '<eos>' only."
+    check_int('batch_size', batch_size, todo='E.g. batch_size=64.')
+    if not len(pairs): raise ConfigError("story_batch got no addend pairs.", "At least one (a, b) pair to draw problems from.", "Pass the training pairs of `addend_pairs`.")
     rng = as_random(seed)
     qs = [story_question(*rng.choice(pairs), rng, cue) for _ in range(batch_size)]
     return encode_queries(tokenizer, [STORY_PROMPT.format(question=q.text) for q in qs], [q.answer + ' <eos>' for q in qs])
@@ -130,7 +133,8 @@ def few_shot_task(op:str='+', # '+' (addition) or '*' (multiplication), written 
                   seed:int=0 # Seed of the operands
                  ) -> ComprehensionTask:
     "One-digit arithmetic questions ('What is 3 times 7?') in a plain few-shot prompt, as SmolLM2 answers them best."
-    check_choice('op', op, OPERATIONS)
+    check_choice('op', op, OPERATIONS); check_int('n', n, todo='E.g. n=40.'); check_int('shots', shots, least=0, todo='E.g. shots=3 (0: no worked examples).')
+    check_int('lo', lo, least=0, todo='E.g. lo=1, hi=9.'); check_int('hi', hi, least=lo, todo=f'hi >= lo={lo}, e.g. hi=9.')
     word, f = OPERATIONS[op]
     rng = random.Random(f'{op}{seed}')
     q = lambda a, b: f"What is {a} {word} {b}?"

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import random, re
 import numpy as np, pandas as pd, torch
-from ..errors import ShapeError, renamed
+from ..errors import ConfigError, ShapeError, check_choice, check_int, renamed
 from ..models import load_encoder
 from ..results import result
 from ..train import Trained, fit, load_asset, seeded
@@ -36,12 +36,20 @@ def _random_poles(seed:int|random.Random=0) -> dict:
     rng = seed if isinstance(seed, random.Random) else random.Random(seed)
     return {a.name: [rng.choice((-1, 1)) for _ in a.pairs] for a in RESPONSE_ATTRIBUTES}
 
+def _check_topic(topic):
+    "Raise unless `topic` indexes `TOPICS` (a negative index would silently pick another topic)."
+    check_int('topic', topic, 0, len(TOPICS) - 1, todo=f'An index into TOPICS ({len(TOPICS)} topics).')
+
 def demo_response(topic:int, # Index into `TOPICS`
                   poles:dict|None=None, # {attribute name: list of -1/+1, one per phrase slot of that attribute}; None: drawn at random
                   seed:int|random.Random=0 # Seeds the poles drawn when `poles` is None; a `random.Random` is drawn from in place (`demo_comparisons` draws all its responses from one stream)
                  ) -> str:
     "The templated response to topic `topic` with each attribute's slots filled at the given poles (or at random ones)."
+    _check_topic(topic)
     if poles is None: poles = _random_poles(seed)
+    bad = [a.name for a in RESPONSE_ATTRIBUTES if not (isinstance(poles.get(a.name), (list, tuple)) and len(poles[a.name]) == len(a.pairs) and all(s in (-1, 1) for s in poles[a.name]))]
+    if bad: raise ConfigError(f"poles of {bad} are {[poles.get(b) for b in bad]}.", "{attribute name: list of -1/+1, one per phrase slot} for every attribute: " + ', '.join(f'{a.name}: {len(a.pairs)}' for a in RESPONSE_ATTRIBUTES) + '.',
+                              "Pass poles=None to draw them, or fill in every attribute.")
     task, action, obj = TOPICS[topic]
     fill = {'action': action, 'object': obj}
     for a in RESPONSE_ATTRIBUTES:
@@ -50,6 +58,7 @@ def demo_response(topic:int, # Index into `TOPICS`
 
 def demo_prompt(topic:int) -> str:
     "The user's request for topic `topic`."
+    _check_topic(topic)
     return f"How do I {TOPICS[topic][0]}?"
 
 # %% ../../nbs/demos/04_rm_contrast.ipynb #b94c7590
@@ -61,6 +70,8 @@ def planted_reward(texts:list[str], # Responses
                    weights:dict # {attribute name: weight}
                   ) -> np.ndarray:
     "The ground-truth reward Σ_a w_a · level_a(y) that the demo's labels come from."
+    bad = {a: w for a, w in dict(weights).items() if not (isinstance(w, (int, float, np.integer, np.floating)) and not isinstance(w, bool) and np.isfinite(w))}
+    if bad: raise ConfigError(f"Planted weights {bad}.", "A finite number per attribute.", "E.g. weights=PLANTED['helpful'].")
     return np.array([sum(w * attribute(a).score(t) / len(attribute(a).pairs) for a, w in weights.items()) for t in texts])
 
 PLANTED = {'helpful': dict(specificity=3.0, correctness=2.5, directness=2.0, conciseness=1.5, enthusiasm=1.0, formality=0.6, politeness=0.3, harmlessness=0.1),
@@ -73,6 +84,8 @@ def demo_comparisons(n:int, # How many comparisons
                      beta:float=3.0 # Bradley-Terry inverse temperature of the labels (np.inf: always the higher planted reward)
                     ) -> list[PreferencePair]:
     "Random pairs of templated responses to the same request, labelled by a Bradley-Terry draw on the planted reward."
+    check_int('n', n, todo='E.g. n=100.')
+    if not (isinstance(beta, (int, float, np.floating, np.integer)) and not isinstance(beta, bool) and beta >= 0): raise ConfigError(f"beta={beta!r}.", "A number >= 0 (np.inf: always the higher planted reward); NaN would label every pair one way.", "E.g. beta=3.0.")
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -91,12 +104,14 @@ def train_reward_head(chosen:torch.Tensor, # (n, d) features of the preferred re
                       weight_decay:float=0.0, # AdamW weight decay
                       seed:int=0, # Seeds the initialisation
                       progress:bool=False # Show a progress bar
-                     ) -> Trained: # (model: the head, in eval mode and frozen; tokenizer: None; fit: the `FitResult`)
+                     ) -> Trained: # (model: the head, float64 for float64 features, else float32, in eval mode and frozen; tokenizer: None; fit: the `FitResult`)
     "A linear scalar head trained with the Bradley-Terry loss -log σ(r(y_c) - r(y_r)) on fixed features."
+    if not (torch.is_tensor(chosen) and torch.is_tensor(rejected)): raise ShapeError(f"chosen is a {type(chosen).__name__} and rejected a {type(rejected).__name__}.", "Two (n, d) tensors.", "Use head_features on both sides.")
     if chosen.shape != rejected.shape or chosen.dim() != 2 or not len(chosen):
         raise ShapeError(f"chosen {tuple(chosen.shape)} and rejected {tuple(rejected.shape)}.", "Two (n, d) tensors of the same shape, n >= 1.", "Use head_features on both sides.")
-    with seeded(seed): head = torch.nn.Linear(chosen.shape[1], 1, device=chosen.device)
-    c, r = chosen.float(), rejected.float()
+    dt = torch.float64 if chosen.dtype == torch.float64 else torch.float32
+    with seeded(seed): head = torch.nn.Linear(chosen.shape[1], 1, device=chosen.device).to(dt)   # the same initialisation in either dtype
+    c, r = chosen.to(dt), rejected.to(dt)
     res = fit(head, [None], lambda h, _: -torch.nn.functional.logsigmoid(h(c) - h(r)).mean(), steps, lr=lr, weight_decay=weight_decay, seed=seed, progress=progress)
     return Trained(head.eval().requires_grad_(False), None, res)
 
@@ -119,6 +134,7 @@ def demo_heldout(name:str, # A reward model of the demo: a key of `PLANTED`
                  meta:dict # The asset's metadata (`RMDemo.meta`)
                 ) -> list[PreferencePair]:
     "The comparisons of reward model `name`'s training split that its head was not fitted on."
+    check_choice('name', name, sorted(PLANTED))
     return demo_comparisons(meta['n_train'], PLANTED[name], seed=meta['train_seeds'][name], beta=meta['beta'])[meta['n_fit']:]
 
 # %% ../../nbs/demos/04_rm_contrast.ipynb #9ff260f3

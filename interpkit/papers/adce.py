@@ -4,7 +4,8 @@
 
 # %% ../../nbs/papers/09_adce.ipynb #06a1129e
 from __future__ import annotations
-import copy, random, re, string, warnings
+import copy, numbers, random, re, string, warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 import numpy as np, pandas as pd, torch
@@ -37,11 +38,13 @@ class Word:
 def words_of(text:str # A text
             ) -> list[Word]:
     "The words of `text` as the official code splits them (`\\w+` or one punctuation mark), with their character spans."
+    if not isinstance(text, str): raise ConfigError(f"text is {type(text).__name__} {text!r:.40}.", "A question: a string.", "Pass the question's text.")
     return [Word(m.group(), m.start(), m.end()) for m in re.finditer(r'\w+|[^\w\s]', text)]
 
 def is_core_word(word:str # One word
                 ) -> bool:
     "Deep structure of an arithmetic question: a number written in digits, or a number or operation word (`CORE_WORDS`)."
+    if not isinstance(word, str): raise ConfigError(f"word is {type(word).__name__} {word!r:.40}.", "One word: a string.", "Pass a word of `words_of(text)`.")
     return bool(re.fullmatch(r'[0-9]+', word)) or word.lower() in CORE_WORDS
 
 # %% ../../nbs/papers/09_adce.ipynb #a25656d6
@@ -70,6 +73,7 @@ def _put(text:str, w:Word, new:str) -> str: return _splice(text[:w.start], new, 
 # %% ../../nbs/papers/09_adce.ipynb #e778e041
 def _new_word(how:str, old:str, rng:random.Random, words, core=None) -> str:
     if how == 'mask': return MASK
+    if isinstance(words, str): raise ConfigError(f"words={words!r:.40}, one string (its characters would be the words).", "A list of replacement words.", f"Pass words=[{words!r:.20}] or words={words!r:.20}.split().")
     pool = [v for v in words if v != old and (core is None or not core(v))]   # a surface change never brings in a core word
     if not pool: raise ConfigError(f"how='replace' with replacement words {list(words)[:5]!r}.", "At least one word different from the replaced one" + (" and not a core word." if core else "."), "Pass more `words`.")
     return rng.choice(pool)
@@ -84,6 +88,7 @@ def deep_intervention(text:str, # A question
                      ) -> Intervention|None: # None when the question has no core word (or no word at `position`)
     "Change one core word of `text`: the deep structure, so the right answer changes."
     check_choice('how', how, HOWS[:2])
+    if position is not None and (isinstance(position, bool) or not isinstance(position, numbers.Integral)): raise ConfigError(f"position={position!r}.", "A word index (an int; none there: no intervention), or None for a random core word.", "Pass an int, e.g. position=2.")
     ws, rng = words_of(text), as_random(seed)
     if position is not None: cands = [position] if 0 <= position < len(ws) else []
     else: cands = [i for i, w in enumerate(ws) if core(w.text)]
@@ -105,6 +110,7 @@ def surface_intervention(text:str, # A question
     "Change one non-core word within `window` words of the core word: the surface structure, so the right answer stays."
     check_choice('how', how, HOWS); check_int('window', window, todo="The paper uses window=3.")
     ws, rng = words_of(text), as_random(seed)
+    if isinstance(core_position, bool) or not isinstance(core_position, numbers.Integral): raise ConfigError(f"core_position={core_position!r}.", "A word index (an int).", "Pass the `core` of a deep `Intervention`.")
     if not 0 <= core_position < len(ws): raise ShapeError(f"core_position={core_position} in a question of {len(ws)} words.", f"An index in 0..{len(ws) - 1}.", "Pass the position of an `Intervention`.")
     lo, hi = max(0, core_position - window), min(len(ws), core_position + window + 1)
     cands = [i for i in range(lo, hi) if i != core_position and not core(ws[i].text)]
@@ -167,17 +173,32 @@ class Question:
         if not isinstance(self.text, str) or not self.text.strip(): raise ConfigError(f"Question text={self.text!r}.", "A non-empty question.", "Drop the item or write its text.")
         if not isinstance(self.answer, str) or not self.answer.strip(): raise ConfigError(f"Question {self.text!r:.40} has answer={self.answer!r}.", "A non-empty answer string.", "Give the answer as the reader returns it, e.g. '56'.")
 
+def _as_question(q, i:int, task:str) -> Question:
+    "Question `i` of a task from a `Question`, a (text, answer) pair or a dict with 'text' and 'answer' keys."
+    if isinstance(q, Question): return q
+    if isinstance(q, Mapping):
+        if 'text' not in q or 'answer' not in q: raise ConfigError(f"Question {i} of task {task!r} is a dict with the keys {sorted(map(str, q))[:6]}.", "A dict with 'text' and 'answer' keys (others are ignored).", "Rename its keys, e.g. {'text': row['question'], 'answer': row['label']}.")
+        return Question(q['text'], q['answer'])
+    if isinstance(q, (tuple, list)) and len(q) == 2: return Question(*q)
+    raise ConfigError(f"Question {i} of task {task!r} is {type(q).__name__} {q!r:.40}.", "A Question, a (text, answer) pair, or a dict {'text': ..., 'answer': ...}.", "E.g. ('What is 3 times 7?', '21').")
+
 @dataclass
 class ComprehensionTask:
     "Questions, the prompt they go in, how answers are read and which words are deep structure."
     name: str
-    questions: list              # `Question`s, or (text, answer) pairs
+    questions: list              # `Question`s, (text, answer) pairs, or dicts with 'text' and 'answer' keys
     template: str = '{question}' # The prompt around a question (few-shot examples, an answer cue), with a `{question}` field
     reader: Callable = read_number # `reader(output) -> answer or None`
     core: Callable = is_core_word # `core(word) -> bool`: the deep-structure words
     position: int|None = None    # Always intervene on this word index (e.g. 2 for word unscrambling); None: a random core word
     def __post_init__(self):
-        qs = [q if isinstance(q, Question) else Question(*q) for q in self.questions]
+        if isinstance(self.questions, (str, Mapping)) or not isinstance(self.questions, Iterable):
+            raise ConfigError(f"Task {self.name!r} got questions={type(self.questions).__name__} {self.questions!r:.40}.", "A list of Questions, (text, answer) pairs or {'text', 'answer'} dicts.", "Pass a list; for a {text: answer} dict, list(d.items()).")
+        qs = [_as_question(q, j, self.name) for j, q in enumerate(self.questions)]
+        if not isinstance(self.template, str): raise ConfigError(f"Task {self.name!r} got template={type(self.template).__name__}.", "A string with one '{question}' field.", "E.g. '{question} Answer: '.")
+        for k in ('reader', 'core'):
+            if not callable(getattr(self, k)): raise ConfigError(f"Task {self.name!r} got {k}={getattr(self, k)!r:.40}.", f"A function: {'reader(output) -> answer or None' if k == 'reader' else 'core(word) -> bool'}.", f"Pass e.g. {'read_number' if k == 'reader' else 'is_core_word'}.")
+        if self.position is not None: check_int('position', self.position, least=0, todo="A word index (in `words_of`), or None for a random core word.")
         if not qs: raise ConfigError(f"Task {self.name!r} has no questions.", "At least one (question, answer) pair.", "Add questions.")
         self.questions = qs
         try: fields = [f for _, f, _, _ in string.Formatter().parse(self.template) if f is not None]
@@ -199,7 +220,7 @@ def as_answerer(model, # A causal LM, its short name, hub id or path; or a calla
     if isinstance(model, (str, torch.nn.Module)):
         model, tokenizer = resolve_lm(model, tokenizer, 'as_answerer')
         if not callable(getattr(model, 'generate', None)): raise ConfigError(f"{type(model).__name__} has no `generate` method.", "A `transformers` causal LM, or a callable answer(prompts) -> outputs.", "Wrap the module in a function that answers prompts.")
-        return lambda prompts: generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size)
+        return lambda prompts: generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size)   # which checks the prompts' ids and length against the model
     if not callable(model): raise ConfigError(f"model={type(model).__name__}.", "A causal LM, its name, or a callable answer(prompts) -> outputs.", "Pass one of those.")
     def answer(prompts):
         outs = model(list(prompts))
@@ -228,7 +249,9 @@ def effect_sizes(deep_changed, # 1 where the output changed under the deep chang
                  items=None # Question index of each pair, when the flags are flat
                 ) -> EffectSizes:
     "ADCE = P(change | deep) − P(change | surface) and AICE = P(change | surface) over matched pairs, with the standard error of ADCE over questions."
-    d, s = np.asarray(deep_changed, dtype=float), np.asarray(surface_changed, dtype=float)
+    try: d, s = np.asarray(deep_changed, dtype=float), np.asarray(surface_changed, dtype=float)
+    except (TypeError, ValueError): raise ConfigError(f"Flags of types {type(deep_changed).__name__}, {type(surface_changed).__name__} that are not numbers.", "0/1 (or False/True) flags, one per pair.", "Pass e.g. trials.changed.to_numpy(bool).") from None
+    if not (np.isin(d, (0, 1)).all() and np.isin(s, (0, 1)).all()): raise ConfigError(f"Flags with values other than 0 and 1 (e.g. {sorted(set(np.concatenate([d.ravel(), s.ravel()]).tolist()) - {0., 1.})[:3]}).", "0/1 (or False/True): whether the output changed.", "Pass booleans; a missing flag is not a change or a stay: drop its pair.")
     if d.shape != s.shape or not d.size or d.ndim > 2: raise ShapeError(f"deep flags of shape {d.shape}, surface flags of shape {s.shape}.", "Matched pairs of one shape: flat, or (questions, draws); at least one pair.", "Pass matched pairs.")
     if items is None: items = np.repeat(np.arange(len(d)), d.shape[1]) if d.ndim == 2 else np.arange(d.size)
     d, s, items = d.ravel(), s.ravel(), np.asarray(items).ravel()
@@ -275,6 +298,7 @@ def causal_effects(model, # A causal LM, its short name, hub id or path; or a ca
     "The paper's pipeline: answer every question, keep the right ones, intervene on deep and surface structure in matched pairs, and measure how often the answer changes."
     if not isinstance(task, ComprehensionTask): raise ConfigError(f"task={type(task).__name__}.", "A ComprehensionTask.", "Build one: ComprehensionTask(name, [(question, answer), ...], template).")
     _check_pair_args(n, how, surface_how, window)
+    if not isinstance(correct_only, (bool, np.bool_)): raise ConfigError(f"correct_only={correct_only!r}.", "True (the paper: only the questions answered right) or False (all).", "Pass a bool.")
     answer = as_answerer(model, tokenizer, max_new_tokens, batch_size)
     qs = task.questions
     outs = answer([task.prompt(q.text) for q in qs])
@@ -304,18 +328,29 @@ def causal_effects(model, # A causal LM, its short name, hub id or path; or a ca
 def effects_table(results:dict # {model name: CausalEffects} or {(model, task): CausalEffects}
                  ) -> pd.DataFrame:
     "One row per model and task: accuracy, ADCE (± its standard error), AICE, sufficiency and necessity."
+    if not isinstance(results, Mapping) or not results or not all(isinstance(r, CausalEffects) for r in results.values()):
+        raise ConfigError(f"results is {'an empty dict' if isinstance(results, Mapping) and not results else type(results).__name__ if not isinstance(results, Mapping) else 'a dict of ' + ', '.join(sorted({type(r).__name__ for r in results.values()}))}.",
+                          "A non-empty dict {model name: CausalEffects} or {(model, task): CausalEffects}.", "Collect the results of `causal_effects` (or `effects_from_trials`) in a dict.")
     rows = []
     for k, r in results.items():
         model = k[0] if isinstance(k, tuple) else k
         rows.append({'model': model, **r.row()})
     return pd.DataFrame(rows).set_index(['model', 'task'])
 
+_TRIAL_COLUMNS = ('question', 'kind', 'pair', 'answer', 'expected', 'changed')
+
 def effects_from_trials(trials:pd.DataFrame, # From `CausalEffects.trials` (or a shipped run)
                         task:str='' # Task name for the result
                        ) -> CausalEffects:
-    "Recompute ADCE, AICE and the rest from recorded trials."
+    "Recompute ADCE, AICE and the rest from recorded trials (deep and surface trials matched by question and pair)."
+    if not isinstance(trials, pd.DataFrame): raise ConfigError(f"trials is a {type(trials).__name__}.", "A DataFrame of trials, as `CausalEffects.trials`.", "Pass effects.trials, or a run of `load_smollm2_runs`.")
+    if miss := [c for c in _TRIAL_COLUMNS if c not in trials]:
+        raise ShapeError(f"trials ({len(trials)} rows) lack the columns {miss}.", f"The columns of `CausalEffects.trials`: {', '.join(_TRIAL_COLUMNS)}.", "Pass effects.trials, or a run of `load_smollm2_runs`.")
     o, d, s = (trials[trials.kind == k] for k in ('original', 'deep', 'surface'))
     if not len(d) or len(d) != len(s): raise ShapeError(f"{len(d)} deep and {len(s)} surface trials.", "Matched pairs, at least one.", "Pass the trials of a `CausalEffects`.")
+    d, s = (f.sort_values(['question', 'pair'], kind='stable') for f in (d, s))
+    if not np.array_equal(d[['question', 'pair']].to_numpy(), s[['question', 'pair']].to_numpy()) or trials.changed.isna().any():
+        raise ShapeError("The deep and surface trials are not matched by (question, pair), or `changed` has missing values.", "One deep and one surface trial per (question, pair), each with a True/False `changed`.", "Pass the trials of a `CausalEffects` unfiltered.")
     return CausalEffects(task, len(o), float((o.answer == o.expected).mean()), int(d.question.nunique()), len(d), trials=trials,
                          **vars(effect_sizes(d.changed.to_numpy(bool), s.changed.to_numpy(bool), d.question.to_numpy())))
 
@@ -325,6 +360,7 @@ def random_like(model, # A `transformers` model
                ):
     "A new model of `model`'s architecture and config with freshly initialised (random) weights, in eval mode; `model` is not touched."
     import transformers
+    check_int('seed', seed, least=0, todo='Pass a non-negative int.')
     if not isinstance(model, transformers.PreTrainedModel): raise ConfigError(f"random_like got {type(model).__name__}.", "A `transformers` model (its config is reused).", "Pass the loaded model.")
     with seeded(seed): new = type(model)(copy.deepcopy(model.config))
     return new.to(device=model_device(model), dtype=model_dtype(model)).eval()
@@ -335,7 +371,7 @@ def trial_table(effects:CausalEffects, # From `causal_effects`
                ) -> pd.DataFrame:
     "The original prompt of one question and its interventions, with the changed word, the model's answer and whether it changed."
     t = effects.trials
-    if question not in set(t.question): raise ConfigError(f"question={question!r}.", f"One of the task's {effects.n_questions} question indices (0..{effects.n_questions - 1}).", "Pick another index.")
+    if isinstance(question, bool) or not isinstance(question, numbers.Integral) or question not in set(t.question): raise ConfigError(f"question={question!r}.", f"One of the task's {effects.n_questions} question indices (0..{effects.n_questions - 1}).", "Pick another index.")
     rows = t[t.question == question]
     cols = [c for c in ('kind', 'pair', 'text', 'old', 'new', 'output', 'answer', 'expected', 'changed') if c in rows]
     return rows[cols].reset_index(drop=True)
@@ -344,6 +380,8 @@ def plot_effects(table:pd.DataFrame, # From `effects_table`
                  ax=None # Axes to draw on; None: a new figure
                 ):
     "ADCE (with ±2 standard errors) and AICE for each model and task."
+    if not isinstance(table, pd.DataFrame) or not len(table) or not {'adce', 'aice', 'adce_se'} <= set(table.columns) or table.index.nlevels != 2:
+        raise ShapeError(f"table is {'a DataFrame of ' + str(len(table)) + ' rows, columns ' + str(list(table.columns)[:6]) if isinstance(table, pd.DataFrame) else type(table).__name__}.", "The table of `effects_table`: rows indexed by (model, task), with adce, aice and adce_se.", "Pass effects_table({...}).")
     with styled():
         if ax is None: _, ax = plt.subplots(figsize=(7, 0.45 * len(table) + 1.2))
         y = np.arange(len(table))

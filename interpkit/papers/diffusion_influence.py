@@ -4,14 +4,14 @@
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #031bff09
 from __future__ import annotations
-import copy, math
+import copy, math, numbers
 from collections.abc import Callable
 import torch
 from scipy.stats import rankdata
 from torch import nn
-from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_finite, check_int, moved, renamed, require_extra
+from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_finite, check_int, check_seed, moved, renamed, require_extra
 require_extra('influence', 'curvlinops', 'diffusers', what='interpkit.papers.diffusion_influence')   # `pip install "interpkit[influence]"`
-from ..diffusion import PREDICTION_TYPES, denoiser_forward
+from ..diffusion import PREDICTION_TYPES, check_denoiser, denoiser_forward
 from ..grads import Task, grad_modules, per_example_grads, project_flat
 from ..models import check_batch_size, evaluating, model_device, model_dtype, to_model
 from ..results import result
@@ -65,6 +65,9 @@ def _check_images(name, x):
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #41f8ba84
 def noised(scheduler, x:torch.Tensor, t:torch.Tensor, eps:torch.Tensor) -> torch.Tensor:
     "x_t = √ᾱ_t x + √(1−ᾱ_t) ε, per row (float32 at least)."
+    T = len(_schedule(scheduler)['alpha_bar'])
+    if not torch.is_tensor(t) or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool or (t.numel() and (t.min() < 0 or t.max() >= T)):
+        raise ConfigError(f"t is {'a ' + str(t.dtype) + ' tensor' + (f' from {t.min().item()} to {t.max().item()}' if t.numel() else '') if torch.is_tensor(t) else type(t).__name__}.", f"Integer timesteps from 0 to {T - 1} (the scheduler's), a tensor (N,).", "Pass e.g. the t of `draws`.")
     ab = _schedule(scheduler)['alpha_bar'][t.cpu()].to(x.device)
     ab = ab.view(-1, *[1] * (x.dim() - 1))
     dt = torch.promote_types(x.dtype, torch.float32)
@@ -89,6 +92,7 @@ def draws(n:int, # Number of examples
           start:int=0 # Index of the first example
          ) -> tuple[torch.Tensor, torch.Tensor]: # t (n, n_draws) long, ε (n, n_draws, *shape)
     "Stratified timesteps and Gaussian noise for each example: draw j of n_draws = k has t in [jT/k, (j+1)T/k)."
+    check_int('n', n); check_int('n_draws', n_draws, todo='Use e.g. n_draws=64.'); check_int('timesteps', timesteps, todo="The scheduler's num_train_timesteps, e.g. 1000."); check_int('start', start, least=0); check_seed(seed)
     ts, es = [], []
     for i in range(start, start + n):
         g = torch.Generator().manual_seed(seed * 1_000_003 + i)
@@ -111,6 +115,7 @@ def _eps_hat(s, pred, xt, t):
 def _terms(model, scheduler, s, x, t, eps, measurement, forward, cond=None):
     "Each row's term of the measurement: its Monte Carlo estimate from one (t, ε) draw, in float32 (float64 for a float64 model)."
     dev, dt = model_device(model), model_dtype(model)
+    if dt == torch.float64: x = x.double()   # a float64 model: images noised in float64 too, whatever their dtype
     xt = noised(scheduler, x, t, eps)
     pred = _call(forward, model, xt.to(dev, dt), t.to(dev), cond)
     wdt = torch.float64 if dt == torch.float64 else torch.float32
@@ -135,7 +140,7 @@ def measure(model:nn.Module, # A denoiser (not changed)
             cond:torch.Tensor|None=None # One condition per image (class labels or embeddings); None: an unconditional model
            ) -> torch.Tensor: # (N,) float64 on the CPU
     "A measurement of each image under a diffusion model: its DDPM loss, (simplified) ELBO term sum or D-TRAK's square norm, averaged over `n_draws` draws."
-    check_choice('measurement', measurement, MEASUREMENTS); _check_images('x', x); check_int('n_draws', n_draws, todo='Use e.g. n_draws=64.'); check_batch_size(batch_size); _check_cond(cond, len(x))
+    check_choice('measurement', measurement, MEASUREMENTS); _check_images('x', x); check_int('n_draws', n_draws, todo='Use e.g. n_draws=64.'); check_batch_size(batch_size); _check_cond(cond, len(x)); check_denoiser(model, tuple(x.shape[1:]), cond, forward=forward); check_seed(seed)
     s = _schedule(scheduler)
     per = max(1, batch_size // n_draws)
     out = []
@@ -180,7 +185,7 @@ def measurement_grads(model:nn.Module, # A denoiser (not changed)
                   cond:torch.Tensor|None=None # One condition per image (class labels or embeddings); None: an unconditional model
                  ) -> torch.Tensor: # (N, P) on the model's device, float32 (float64 for a float64 model), in `influence_params` order
     "Per-example gradients ∇θ m(x) of a measurement averaged over `n_draws` (t, ε) draws, over the Linear and Conv2d layers (the core's `per_example_grads`)."
-    check_choice('measurement', measurement, MEASUREMENTS); _check_images('x', x); check_int('n_draws', n_draws, todo='Use e.g. n_draws=64.'); check_batch_size(batch_size); _check_cond(cond, len(x))
+    check_choice('measurement', measurement, MEASUREMENTS); _check_images('x', x); check_int('n_draws', n_draws, todo='Use e.g. n_draws=64.'); check_batch_size(batch_size); _check_cond(cond, len(x)); check_denoiser(model, tuple(x.shape[1:]), cond, forward=forward); check_seed(seed)
     mods = grad_modules(model, modules, head=True)
     batch = dict(x=x, i=torch.arange(len(x))) | ({} if cond is None else dict(cond=cond))
     task = _measurement_task(scheduler, measurement, n_draws, seed, tuple(x.shape[1:]), forward)
@@ -207,7 +212,7 @@ class _NoisedBatches:
         dev, dt = model_device(self.model), model_dtype(self.model)
         per = max(1, self.batch_size // self.samples)
         for i in range(0, len(self.x), per):
-            xb = self.x[i:i + per]
+            xb = self.x[i:i + per].double() if dt == torch.float64 else self.x[i:i + per]   # a float64 model: noised in float64
             t, eps = draws(len(xb), self.samples, tuple(self.x.shape[1:]), self.s['T'], self.seed, start=i)
             xr, t, eps = xb.repeat_interleave(self.samples, 0), t.flatten(), eps.flatten(0, 1)
             y = _target(self.s, xr, eps, t).flatten(1)
@@ -241,7 +246,7 @@ def ggn_curvature(model:nn.Module, # A denoiser (not changed)
     "The K-FAC (or EK-FAC) approximation of the GGN of the diffusion loss over the Linear and Conv2d layers, as a `curvlinops` linear operator with its factors computed (in float32, on a copy, for a half-precision model)."
     from curvlinops import EKFACLinearOperator, KFACLinearOperator
     check_choice('kind', kind, CURVATURES); check_choice('fisher_type', fisher_type, FISHER_TYPES)
-    _check_images('x', x); check_int('n_draws', n_draws, todo='Use e.g. n_draws=8.'); check_batch_size(batch_size); _check_cond(cond, len(x))
+    _check_images('x', x); check_int('n_draws', n_draws, todo='Use e.g. n_draws=8.'); check_batch_size(batch_size); _check_cond(cond, len(x)); check_denoiser(model, tuple(x.shape[1:]), cond, forward=forward); check_seed(seed)
     if model_dtype(model) not in (torch.float32, torch.float64):   # half precision: the factors and their eigendecompositions need float32
         model = copy.deepcopy(model).float()
         modules = list(modules) if isinstance(modules, dict) else modules
@@ -257,7 +262,7 @@ def ggn_curvature(model:nn.Module, # A denoiser (not changed)
 
 # %% ../../nbs/papers/14_diffusion_influence.ipynb #2856dc6c
 def _check_damping(damping):
-    if not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping > 0):
+    if isinstance(damping, bool) or not (isinstance(damping, (int, float)) and math.isfinite(damping) and damping > 0):
         raise ConfigError(f"damping={damping!r}.", "A positive finite number λ: scores use (G + λI)⁻¹.", "Use e.g. damping=1e-3; sweep it on a log grid.")
 
 def _check_grads(name, g, p=None):
@@ -279,6 +284,7 @@ def precondition(curvature, # From `ggn_curvature`, a dense (P, P) curvature mat
         if curvature.shape != (P, P): raise ShapeError(f"curvature has shape {tuple(curvature.shape)}.", f"A square (P, P) = ({P}, {P}) matrix.", "Pass the curvature over the gradients' parameters.")
         A = curvature.to(grads.device, torch.float64)
         return torch.linalg.solve(A + damping * torch.eye(P, dtype=A.dtype, device=A.device), grads.T.double()).T.to(grads.dtype)
+    if not hasattr(curvature, 'shape') or not hasattr(curvature, '__matmul__'): raise ConfigError(f"curvature is a {type(curvature).__name__}.", "A `ggn_curvature` operator, a dense (P, P) tensor, or None (the identity).", "Make it with ggn_curvature(model, scheduler, x).")
     _check_grads('grads', grads, curvature.shape[1])
     inv = KFACInverseLinearOperator(curvature, damping=damping, use_exact_damping=True)
     return (inv @ grads.T).T
@@ -311,7 +317,7 @@ def trak_scores(query_grads:torch.Tensor, # (Q, P) measurement gradients of the 
                 seed:int=0 # Seed of the projection
                ) -> torch.Tensor: # (Q, N) float64 on the CPU
     "TRAK-style scores: project gradients to `dim` dimensions and precondition with the damped empirical Fisher, φ(q)ᵀ (ΦᵀΦ + λI)⁻¹ φ(x_i)."
-    _check_grads('train_grads', train_grads); _check_grads('query_grads', query_grads, train_grads.shape[1]); _check_damping(damping)
+    _check_grads('train_grads', train_grads); _check_grads('query_grads', query_grads, train_grads.shape[1]); _check_damping(damping); check_seed(seed)
     phi, phq = (train_grads.double().cpu(), query_grads.double().cpu()) if dim is None else (project_flat(train_grads, dim, seed), project_flat(query_grads, dim, seed))
     if len(phi) < phi.shape[1]:   # fewer examples than dimensions: the same product as Φᵀ(ΦΦᵀ + λI)⁻¹, an N × N solve
         K = phi @ phi.T
@@ -326,6 +332,7 @@ def spearman(a:torch.Tensor, # (M,) or (M, Q) values
     "Spearman rank correlation of two vectors or of matching columns."
     a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
     if a.shape != b.shape or a.dim() not in (1, 2) or a.shape[0] < 2: raise ShapeError(f"Shapes {tuple(a.shape)} and {tuple(b.shape)}.", "Two vectors (M,) or matrices (M, Q) of the same shape, M >= 2.", "Pass matching values.")
+    check_finite('a', a); check_finite('b', b)
     ra, rb = (torch.from_numpy(rankdata(v.numpy(), axis=0)) for v in (a, b))
     ra, rb = ra - ra.mean(0), rb - rb.mean(0)
     return (ra * rb).sum(0) / (ra.pow(2).sum(0) * rb.pow(2).sum(0)).sqrt()
@@ -342,7 +349,7 @@ def lds(scores:torch.Tensor, # (Q, N) influence scores (positive: removal increa
         actual:torch.Tensor # (M, Q) measurements of the queries by the subset models (averaged over seeds), or (S, M, Q) per seed
        ) -> LDS:
     "The LDS of attribution scores: Spearman ρ between Σ of the scores of left-out examples and the measurement of the model retrained without them."
-    scores, actual = torch.as_tensor(scores, dtype=torch.float64), torch.as_tensor(actual, dtype=torch.float64)
+    scores, actual, keep = torch.as_tensor(scores, dtype=torch.float64), torch.as_tensor(actual, dtype=torch.float64), torch.as_tensor(keep)
     if actual.dim() == 3: actual = actual.mean(0)
     if scores.dim() != 2 or keep.dim() != 2 or keep.shape[1] != scores.shape[1] or actual.shape != (keep.shape[0], scores.shape[0]) or keep.dtype != torch.bool:
         raise ShapeError(f"scores {tuple(scores.shape)}, keep {tuple(keep.shape)} {keep.dtype}, actual {tuple(actual.shape)}.", "scores (Q, N), keep (M, N) boolean, actual (M, Q) or (S, M, Q).", "Check which axis holds queries, subsets and examples.")
@@ -356,6 +363,7 @@ def retrain_ceiling(actual:torch.Tensor # (S, M, Q) measurements of the queries 
     "The exact-retraining ceiling: the LDS of one seed's measurements against the mean of the other seeds', averaged over seeds."
     actual = torch.as_tensor(actual, dtype=torch.float64)
     if actual.dim() != 3 or actual.shape[0] < 2: raise ShapeError(f"actual has shape {tuple(actual.shape)}.", "(S, M, Q) with S >= 2 seeds.", "Retrain each subset with at least two seeds.")
+    check_finite('actual', actual)
     S = actual.shape[0]
     rhos = torch.stack([spearman(actual[s], (actual.sum(0) - actual[s]) / (S - 1)) for s in range(S)])
     return LDS(score=float(rhos.nanmean()), per_query=rhos.mean(0), predicted=actual.mean(0))
@@ -367,7 +375,10 @@ def top_influences(scores:torch.Tensor, # (Q, N) influence scores
                    top_k:int=8 # How many of each sign
                   ) -> tuple[torch.Tensor, torch.Tensor]: # (indices of the top_k most positive, of the top_k most negative), each in order
     "The training examples whose removal is predicted to raise (positive) or lower (negative) a query's measurement the most."
+    scores = torch.as_tensor(scores)
+    if isinstance(query, bool) or not isinstance(query, numbers.Integral): raise ConfigError(f"query={query!r}.", "A row index of the scores (an int).", "Pick a row of the scores.")
     if scores.dim() != 2 or not 0 <= query < len(scores): raise ShapeError(f"scores {tuple(scores.shape)}, query={query}.", f"scores (Q, N) and 0 <= query < Q.", "Pick a row of the scores.")
     check_int('top_k', top_k, most=scores.shape[1], todo='Use a smaller top_k.')
+    check_finite(f'scores of query {query}', scores[query])
     order = scores[query].argsort(descending=True)
     return order[:top_k], order.flip(0)[:top_k]

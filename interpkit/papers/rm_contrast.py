@@ -4,13 +4,14 @@
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #b4470bfc
 from __future__ import annotations
-import difflib, random, re
+import difflib, inspect, random, re, warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 import numpy as np, pandas as pd, torch
 from rapidfuzz.distance import Levenshtein
 from scipy.stats import spearmanr
-from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_int, closest, moved, renamed
-from ..models import chat_replies, chat_text, check_batch_size, check_causal_lm, embed, evaluating, padding, to_model
+from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_int, check_texts, closest, moved, renamed
+from ..models import chat_replies, chat_text, check_batch_size, check_causal_lm, check_token_ids, embed, evaluating, padding, position_limit, to_model
 from ..results import result
 from ..viz import heatmap
 
@@ -40,6 +41,8 @@ def as_comparisons(data # `PreferencePair`s, (prompt, chosen, rejected) tuples, 
                   ) -> list[PreferencePair]:
     "`data` as a list of `PreferencePair`s; an empty list or a malformed row raises."
     if isinstance(data, PreferencePair): data = [data]
+    if isinstance(data, (str, bytes, dict)) or not (isinstance(data, pd.DataFrame) or hasattr(data, '__iter__')):
+        raise ConfigError(f"Comparisons given as a {type(data).__name__}.", "A list of PreferencePairs, (prompt, chosen, rejected) triples or dicts, or a DataFrame with those columns.", "Wrap one comparison in a list.")
     rows = data.to_dict('records') if isinstance(data, pd.DataFrame) else list(data)
     if not rows: raise ConfigError("No comparisons were given.", "At least one (prompt, chosen, rejected) comparison.", "Pass a non-empty list.")
     out = []
@@ -51,6 +54,11 @@ def as_comparisons(data # `PreferencePair`s, (prompt, chosen, rejected) tuples, 
     return out
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #a8174e29
+def _check_pairs(prompts, responses):
+    "Raise unless `prompts` and `responses` are two lists of strings of one length (a string would be read letter by letter)."
+    prompts, responses = check_texts('prompts', prompts, empty=True), check_texts('responses', responses, empty=True)
+    if len(prompts) != len(responses): raise ShapeError(f"{len(prompts)} prompts and {len(responses)} responses.", "One response per prompt.", "Pair them up first.")
+
 @renamed(reward_model='model')
 def rewards(model, # The reward model: a callable `(prompts, responses) -> scores`, one scalar per pair
             prompts:list[str], # The prompts x
@@ -58,8 +66,8 @@ def rewards(model, # The reward model: a callable `(prompts, responses) -> score
             batch_size:int=32 # Pairs per call
            ) -> np.ndarray: # (n,) float64 rewards
     "The reward r(x, y) of each (prompt, response) pair, in batches; a missing or non-finite score raises."
-    check_batch_size(batch_size)
-    if len(prompts) != len(responses): raise ShapeError(f"{len(prompts)} prompts and {len(responses)} responses.", "One response per prompt.", "Pair them up first.")
+    check_batch_size(batch_size); _check_pairs(prompts, responses)
+    if not callable(model): raise ConfigError(f"The reward model is a {type(model).__name__}.", "A callable (prompts, responses) -> one score per pair.", "Wrap a transformers model with classifier_reward or head_reward.")
     out = []
     for i in range(0, len(prompts), batch_size):
         p, r = list(prompts[i:i+batch_size]), list(responses[i:i+batch_size])
@@ -83,19 +91,6 @@ def _formats(template) -> bool:
     try: return isinstance(template, str) and '{prompt}' in template and '{response}' in template and bool(template.format(prompt='', response='') or True)
     except (KeyError, IndexError, ValueError): return False
 
-class _Reward:
-    "A reward function over (prompt, response) pairs made by an adapter; the model is left as it was."
-    def __init__(self, name, model, tokenizer, score, template, max_length):
-        if template is not None and template != 'chat' and not _formats(template):
-            raise ConfigError(f"template={template!r}.", "None (a text pair), 'chat', or a format string with {prompt} and {response}.", "E.g. template='Q: {prompt}\\nA: {response}'.")
-        self.name, self.model, self.tokenizer, self.score, self.template, self.max_length = name, model, tokenizer, score, template, max_length
-    def __call__(self, prompts, responses) -> torch.Tensor:
-        with evaluating(self.model), torch.no_grad(), padding(self.tokenizer, 'right'):   # right padding: 'last' pooling reads mask.sum - 1
-            enc = self.tokenizer(**_texts(self.tokenizer, prompts, responses, self.template), padding=True, truncation=True,
-                                 max_length=self.max_length, return_tensors='pt')
-            return self.score(to_model(self.model, dict(enc))).float()
-    def __repr__(self): return f"{self.name}({type(self.model).__name__}, template={self.template!r})"
-
 def _with_pad(tokenizer):
     "A copy of a tokenizer that pads with its end-of-sequence token (the caller's stays as it was)."
     import copy
@@ -103,18 +98,61 @@ def _with_pad(tokenizer):
     t.pad_token = t.eos_token
     return t
 
+# %% ../../nbs/papers/04_rm_contrast.ipynb #03f14548
+class _Reward:
+    "A reward function over (prompt, response) pairs made by an adapter; the model is left as it was; scores stay float64 for a float64 model, float32 otherwise."
+    def __init__(self, name, model, tokenizer, score, template, max_length):
+        if template is not None and template != 'chat' and not _formats(template):
+            raise ConfigError(f"template={template!r}.", "None (a text pair), 'chat', or a format string with {prompt} and {response}.", "E.g. template='Q: {prompt}\\nA: {response}'.")
+        if template == 'chat' and getattr(tokenizer, 'chat_template', None) is None:
+            raise ConfigError(f"template='chat', but the tokenizer {type(tokenizer).__name__} has no chat template.", "'chat' needs a tokenizer with a chat template (an instruct or reward model's).",
+                              "Pass template=None (a text pair) or a format string, e.g. template='User: {prompt}\\nAssistant: {response}'.")
+        check_int('max_length', max_length, todo='E.g. max_length=512 (longer inputs are truncated).')
+        if getattr(tokenizer, 'pad_token', None) is None:   # pad with eos on a copy: the mask hides it, and each pair is read at its own tokens
+            if getattr(tokenizer, 'eos_token', None) is None: raise ConfigError(f"The tokenizer of {name} has neither a pad nor an end-of-sequence token.", "Batches are padded (the attention mask hides the padding).", "Set tokenizer.pad_token to any token first.")
+            tokenizer = _with_pad(tokenizer)
+        self.name, self.model, self.tokenizer, self.score, self.template, self.max_length = name, model, tokenizer, score, template, max_length
+        self.limit = position_limit(model)
+    def _encode(self, prompts, responses, max_length):
+        return self.tokenizer(**_texts(self.tokenizer, prompts, responses, self.template), padding=True, truncation=True, max_length=max_length, return_tensors='pt')
+    def __call__(self, prompts, responses) -> torch.Tensor:
+        with evaluating(self.model), torch.no_grad(), padding(self.tokenizer, 'right'):   # right padding: 'last' pooling reads mask.sum - 1
+            enc = self._encode(prompts, responses, self.max_length)
+            if self.limit is not None and enc['input_ids'].shape[1] > self.limit:
+                n = int((enc['attention_mask'].sum(1) > self.limit).sum())
+                warnings.warn(f"{n} of {len(enc['input_ids'])} (prompt, response) pairs are longer than the {self.limit} positions {type(self.model).__name__} reads "
+                              f"(max_length={self.max_length}): they are cut to {self.limit} tokens, which changes their rewards. "
+                              f"Pass max_length={self.limit} or less to cut them on purpose, or use a model with a longer context.", UserWarning, stacklevel=3)
+                enc = self._encode(prompts, responses, self.limit)
+            check_token_ids(self.model, enc['input_ids'], f"The tokenized (prompt, response) pairs of {self.name}")
+            s = self.score(to_model(self.model, dict(enc)))
+            bad = (~torch.isfinite(s.reshape(len(s), -1))).any(1).nonzero()[:, 0].tolist()
+            if bad: raise NotFiniteError(f"{self.name} got non-finite values for {len(bad)} of {len(s)} pair(s) (first: {prompts[bad[0]][:40]!r}, {responses[bad[0]][:40]!r}).",
+                                         "Finite scores, from finite hidden states.", "Check the model's weights and dtype (float16 overflows easily: try float32).")
+            return s if s.dtype == torch.float64 else s.float()
+    def __repr__(self): return f"{self.name}({type(self.model).__name__}, template={self.template!r})"
+
+# %% ../../nbs/papers/04_rm_contrast.ipynb #64fd32e1
+def _last_token_logit(model, enc) -> torch.Tensor:
+    "A classifier's logit where it reads a pair alone (its last real token that is not the config's `pad_token_id`), by its `score` head, whatever the batch's padding; a model without a `score` head (an encoder pooling its first token) gives its own logits."
+    base, head = getattr(model, 'base_model', None), getattr(model, 'score', None)
+    if not (isinstance(head, torch.nn.Linear) and isinstance(base, torch.nn.Module) and base is not model): return model(**enc).logits[:, 0]
+    out = base(**enc)
+    h = out.last_hidden_state if hasattr(out, 'last_hidden_state') else out[0]
+    cfg = model.config.get_text_config() if hasattr(model.config, 'get_text_config') else model.config
+    real = enc['attention_mask'].bool() & (enc['input_ids'] != cfg.pad_token_id if cfg.pad_token_id is not None else True)   # transformers' rule, padding aside
+    last = (torch.arange(h.shape[1], device=real.device) * real).argmax(-1)
+    return head(h[torch.arange(h.shape[0], device=h.device), last.to(h.device)])[:, 0]
+
 def classifier_reward(model, # A `transformers` sequence-classification model with one label (a reward model)
-                      tokenizer, # Its tokenizer
+                      tokenizer, # Its tokenizer (one without a pad token pads with end-of-sequence)
                       template:str|None=None, # None: (prompt, response) as a text pair; 'chat': the chat template; or 'Q: {prompt} A: {response}'
-                      max_length:int=512 # Longer inputs are truncated
+                      max_length:int=512 # Longer inputs are truncated (and, with a warning, those longer than the model reads)
                      ):
-    "A reward function from a one-logit sequence classifier: r(x, y) = its logit on (x, y)."
+    "A reward function from a one-logit sequence classifier: r(x, y) = its logit on (x, y) alone, whatever the batch (right-padded) and whatever padding its config expects."
     n = getattr(getattr(model, 'config', None), 'num_labels', None)
     if n != 1: raise ConfigError(f"{type(model).__name__} has num_labels={n}.", "A reward model scores with one logit (num_labels=1).", "Use head_reward for a model with a separate scalar head.")
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None: raise ConfigError(f"The tokenizer of {type(model).__name__} has neither a pad nor an end-of-sequence token.", "Batches are padded.", "Set tokenizer.pad_token (and model.config.pad_token_id) first.")
-        tokenizer = _with_pad(tokenizer)
-    return _Reward('classifier_reward', model, tokenizer, lambda enc: model(**enc).logits[:, 0], template, max_length)
+    return _Reward('classifier_reward', model, tokenizer, lambda enc: _last_token_logit(model, enc), template, max_length)
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #f285faf3
 POOLINGS = ('last', 'mean')
@@ -124,27 +162,38 @@ def _pool(h:torch.Tensor, mask:torch.Tensor, pooling:str) -> torch.Tensor:
     if pooling == 'last': return h[torch.arange(h.shape[0], device=h.device), mask.sum(1) - 1]
     return (h*mask.unsqueeze(-1).to(h.dtype)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1).to(h.dtype)
 
+def _last_hidden(model, enc) -> torch.Tensor:
+    "`model`'s (batch, pos, d) last hidden states on `enc`: its `hidden_states[-1]`, its `last_hidden_state`, or the tensor it returns (a plain `nn.Module`)."
+    try: ps = inspect.signature(getattr(model, 'forward', model)).parameters
+    except (TypeError, ValueError): ps = {}
+    asks = 'output_hidden_states' in ps or any(p.kind == p.VAR_KEYWORD for p in ps.values())
+    out = model(**enc, output_hidden_states=True) if asks else model(**enc)
+    get = out.get if isinstance(out, Mapping) else lambda k: getattr(out, k, None)
+    h = out if torch.is_tensor(out) else get('hidden_states')[-1] if get('hidden_states') is not None else get('last_hidden_state')
+    if not (torch.is_tensor(h) and h.dim() == 3 and tuple(h.shape[:2]) == tuple(enc['input_ids'].shape)):
+        raise ConfigError(f"{type(model).__name__} returned {type(out).__name__} without (batch, pos, d) hidden states.", "A model that returns hidden_states, a last_hidden_state, or a (batch, pos, d) tensor.",
+                          "Pass a transformers model, or wrap yours to return its last hidden states.")
+    return h
 
 @renamed(head='readout')
-def head_reward(model, # Any `transformers` model that returns hidden states: a causal LM, or an encoder
+def head_reward(model, # A `transformers` model that returns hidden states (a causal LM, or an encoder), or any module returning (batch, pos, d)
                 tokenizer, # Its tokenizer (one without a pad token pads with end-of-sequence)
                 readout, # A module mapping (batch, d) to (batch, 1) or (batch,), e.g. `nn.Linear(d, 1)`
                 pooling:str='last', # 'last': the last real token (causal LMs); 'mean': the mean over real tokens (encoders)
                 template:str|None=None, # As in `classifier_reward`
-                max_length:int=512 # Longer inputs are truncated
+                max_length:int=512 # Longer inputs are truncated (and, with a warning, those longer than the model reads)
                ):
     "A reward function from a model's last hidden state, pooled over each sequence, and a scalar head."
     check_choice('pooling', pooling, POOLINGS)
+    if not callable(readout): raise ConfigError(f"readout is a {type(readout).__name__}.", "A module or function mapping (batch, d) to (batch, 1) or (batch,).", "E.g. readout=torch.nn.Linear(d, 1).")
     def score(enc):
-        h = model(**enc, output_hidden_states=True).hidden_states[-1]
+        h = _last_hidden(model, enc)
         pooled = _pool(h, enc['attention_mask'], pooling)
         p = next(iter(readout.parameters()), None) if isinstance(readout, torch.nn.Module) else None
         with evaluating(readout): out = readout(pooled.to(p.dtype) if p is not None else pooled)
         if out.dim() == 2 and out.shape[1] == 1: out = out[:, 0]
         if out.shape != (h.shape[0],): raise ShapeError(f"The readout returned shape {tuple(out.shape)} for {h.shape[0]} sequences.", "(batch,) or (batch, 1).", "End the readout in a one-output layer.")
         return out
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        tokenizer = _with_pad(tokenizer)
     return _Reward('head_reward', model, tokenizer, score, template, max_length)
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #023a14e5
@@ -154,18 +203,17 @@ def head_features(model, # As in `head_reward`
                   responses:list[str], # One response per prompt
                   pooling:str='last', # As in `head_reward`
                   template:str|None=None, # As in `head_reward`
-                  max_length:int=512, # Longer inputs are truncated
+                  max_length:int=512, # Longer inputs are truncated (and, with a warning, those longer than the model reads)
                   batch_size:int=32 # Pairs per forward pass
-                 ) -> torch.Tensor: # (n, d) float32 on the CPU
+                 ) -> torch.Tensor: # (n, d) on the CPU: float64 for a float64 model, float32 otherwise
     "The pooled last hidden states that `head_reward` feeds its head: what a new scalar head is trained on."
     check_choice('pooling', pooling, POOLINGS)
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None: tokenizer = _with_pad(tokenizer)
-    f = _Reward('head_features', model, tokenizer, lambda enc: _pool(model(**enc, output_hidden_states=True).hidden_states[-1], enc['attention_mask'], pooling),
+    f = _Reward('head_features', model, tokenizer, lambda enc: _pool(_last_hidden(model, enc), enc['attention_mask'], pooling),
                 template, max_length)
     check_batch_size(batch_size)
-    if len(prompts) != len(responses): raise ShapeError(f"{len(prompts)} prompts and {len(responses)} responses.", "One response per prompt.", "Pair them up first.")
+    _check_pairs(prompts, responses)
     out = [f(prompts[i:i+batch_size], responses[i:i+batch_size]).cpu() for i in range(0, len(prompts), batch_size)]
-    return torch.cat(out) if out else torch.zeros(0, model.config.hidden_size)
+    return torch.cat(out) if out else torch.zeros(0, getattr(getattr(model, 'config', None), 'hidden_size', 0))
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #0179b679
 def _phrase_regex(phrases):
@@ -243,6 +291,11 @@ def attribute(name # An attribute's name (one of `RESPONSE_ATTRIBUTES`, or of `a
     if name not in names: raise ConfigError(f"Unknown attribute {name!r}.", f"Closest: {closest(str(name), names)}; all: {names}.", "Pass one of those names or an Attribute.")
     return attributes[names.index(name)]
 
+def _as_attributes(attributes) -> list[Attribute]:
+    "`attributes` (names or `Attribute`s; one name or one `Attribute` alone) as a list of `Attribute`s."
+    if isinstance(attributes, (str, Attribute)): attributes = [attributes]   # 'politeness' is one attribute, not ten letters
+    return [attribute(a) for a in attributes]
+
 # %% ../../nbs/papers/04_rm_contrast.ipynb #2f9662b6
 class SpanEditor:
     "The deterministic two-step rewriter: find the attribute's phrases, swap those of the wrong pole (nothing else changes)."
@@ -280,6 +333,10 @@ class LMRewriter:
         from interpkit.models import load_lm
         if model is None or isinstance(model, str): model, tokenizer = load_lm(model or 'smollm2-135m-instruct', tokenizer=tokenizer)
         check_causal_lm(model, 'LMRewriter'); check_batch_size(batch_size)
+        check_int('max_new_tokens', max_new_tokens, todo='E.g. max_new_tokens=120.'); check_int('list_tokens', list_tokens, todo='E.g. list_tokens=40.')
+        if getattr(tokenizer, 'chat_template', None) is None:
+            raise ConfigError(f"The tokenizer {type(tokenizer).__name__} of LMRewriter has no chat template.", "A chat (instruct) model's tokenizer: the rewriter talks to the model in two turns.",
+                              "Load an instruct model (e.g. LMRewriter('smollm2-135m-instruct')), or set tokenizer.chat_template.")
         self.model, self.tokenizer, self.max_new_tokens, self.list_tokens, self.batch_size = model, tokenizer, max_new_tokens, list_tokens, batch_size
         self.transcripts = []
     def __call__(self, texts:list[str], attribute:Attribute, direction:int, prompts:list[str]|None=None) -> list[str|None]:
@@ -304,6 +361,8 @@ def random_edit(original:str, # The text to edit
                 seed:int=0 # Seeds the positions and words
                ) -> str:
     "A random, non-attribute edit of `original` as large as `edited`: each changed run of words is replayed at a random place outside the attribute's phrases."
+    if not (isinstance(original, str) and isinstance(edited, str)): raise ConfigError(f"random_edit got a {type(original).__name__} and a {type(edited).__name__}.", "Two texts: the original and its attribute rewrite.", "Pass strings.")
+    if isinstance(words, str): raise ConfigError(f"words={words!r} is one string.", "A list of words to insert.", f"Pass words=[{words!r}] or words={words.split()!r}.")
     a, b = _WORD.findall(original), _WORD.findall(edited)
     ops = [(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if tag != 'equal']
     if not ops: return original
@@ -374,17 +433,23 @@ def orient(model, # The reward model: a callable `(prompts, responses) -> scores
     return _orient(model, comparisons, batch_size)[:3]
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #8c3a25ee
+def _random_or_none(original, edited, attribute, seed) -> str|None:
+    "`random_edit(original, edited, attribute, seed)`, or None when no random edit that large fits outside the attribute's phrases."
+    try: return random_edit(original, edited, attribute, seed=seed)
+    except ConfigError: return None
+
 def perturbations(comparisons, # Comparisons (oriented: `chosen` is what the reward model prefers)
                   attributes=RESPONSE_ATTRIBUTES, # Attributes, or their names
                   rewriter=None, # A rewriter `(texts, attribute, direction, prompts) -> texts or None`; None: `SpanEditor()`
                   sides=SIDES, # Which responses to perturb: 'chosen' made worse, 'rejected' made better, or 'both'
-                  baseline:bool=False, # Also a random edit of the same size beside each attribute edit
+                  baseline:bool=False, # Also a random edit of the same size beside each attribute edit (invalid where the response is too short for one)
                   seed:int=0 # Seeds the random edits
                  ) -> pd.DataFrame:
-    "Every perturbed comparison: one row per comparison, attribute, side (and editor), with the new responses; rows whose rewrite changed nothing are kept, marked invalid."
+    "Every perturbed comparison: one row per comparison, attribute, side (and editor), with the new responses; rows whose rewrite changed nothing, or whose random edit does not fit the response, are kept, marked invalid."
     cs = as_comparisons(comparisons)
-    attrs = [attribute(a) for a in attributes]
+    attrs = _as_attributes(attributes)
     if not attrs: raise ConfigError("No attributes were given.", "At least one attribute.", "Pass e.g. RESPONSE_ATTRIBUTES.")
+    sides = [sides] if isinstance(sides, str) else list(sides)   # 'chosen' is one side
     for s in sides: check_choice('side', s, SIDES)
     rewriter = rewriter or SpanEditor()
     prompts = [c.prompt for c in cs]
@@ -394,6 +459,8 @@ def perturbations(comparisons, # Comparisons (oriented: `chosen` is what the rew
         better = rewriter([c.rejected for c in cs], a, 1, prompts) if {'rejected', 'both'} & set(sides) else [None]*len(cs)
         if len(worse) != len(cs) or len(better) != len(cs):
             raise ShapeError(f"The rewriter returned {len(worse)} and {len(better)} texts for {len(cs)}.", "One text (or None) per input.", "Fix the rewriter.")
+        odd = [x for x in list(worse) + list(better) if x is not None and not isinstance(x, str)]
+        if odd: raise ConfigError(f"The rewriter returned a {type(odd[0]).__name__} ({odd[0]!r:.40}) for {a.name!r}.", "One text (str), or None where it cannot rewrite, per input.", "Fix the rewriter.")
         for i, (c, w, b) in enumerate(zip(cs, worse, better)):
             moved_c = w is not None and a.score(w) < a.score(c.chosen)
             moved_r = b is not None and a.score(b) > a.score(c.rejected)
@@ -406,8 +473,9 @@ def perturbations(comparisons, # Comparisons (oriented: `chosen` is what the rew
                 rows.append(row)
                 if baseline:   # one random edit per response and attribute, shared by the sides
                     k = seed + 7919*i + 104729*attrs.index(a)
-                    rc = random_edit(c.chosen, nc, a, seed=k) if nc is not None else c.chosen
-                    rr = random_edit(c.rejected, nr, a, seed=k + 1) if nr is not None else c.rejected
+                    rc = _random_or_none(c.chosen, nc, a, k) if nc is not None else c.chosen
+                    rr = _random_or_none(c.rejected, nr, a, k + 1) if nr is not None else c.rejected
+                    rc, rr = c.chosen if rc is None else rc, c.rejected if rr is None else rr   # none fits: the original, so the row is invalid
                     rows.append(dict(row, editor='random', chosen=rc, rejected=rr, valid=valid and (rc != c.chosen or side == 'rejected') and (rr != c.rejected or side == 'chosen')))
     return pd.DataFrame(rows, columns=['comparison', 'attribute', 'side', 'editor', 'valid', 'chosen', 'rejected'])
 
@@ -481,8 +549,10 @@ def coverage(explanation:Explanation, # From `explain`
 
 def _valid_shifts(explanation, editor, sides) -> pd.DataFrame:
     "The valid perturbations of `editor` on `sides`, with the margin each lost (`shift`)."
+    sides = [sides] if isinstance(sides, str) else list(sides)   # 'chosen' is one side, not six letters
+    for s in sides: check_choice('side', s, SIDES)
     t = explanation.of(editor)
-    t = t[t.side.isin(list(sides)) & t.valid]
+    t = t[t.side.isin(sides) & t.valid]
     return t.assign(shift=t.margin - t.new_margin)
 
 def sensitivity(explanation:Explanation, # From `explain`
@@ -520,7 +590,7 @@ def representatives(explanation:Explanation, # From `explain`
                     min_attributes:int=3 # Comparisons with fewer perturbed attributes are skipped
                    ) -> pd.DataFrame:
     "The `top_k` comparisons whose local ranking of attributes (margin lost) agrees best with the global one (Spearman), best first."
-    check_int('top_k', top_k, todo='E.g. top_k=3.')
+    check_int('top_k', top_k, todo='E.g. top_k=3.'); check_int('min_attributes', min_attributes, todo='E.g. min_attributes=3.')
     rows = _local_rhos(sensitivity(explanation, editor, sides)['shift'], local_sensitivity(explanation, editor, sides), min_attributes)
     out = pd.DataFrame(rows, columns=['comparison', 'rho', 'n_attributes'])
     return out.sort_values(['rho', 'comparison'], ascending=[False, True]).head(top_k).reset_index(drop=True)
@@ -536,6 +606,7 @@ def representatives_null(explanation:Explanation, # From `explain`
                         ) -> np.ndarray: # (n_permutations,) mean rho of the top `top_k` under each shuffle
     "What `representatives` finds by chance: the mean rho of its top `top_k` when each comparison's shifts are shuffled among its own attributes."
     check_int('top_k', top_k, todo='E.g. top_k=3.'); check_int('n_permutations', n_permutations, todo='E.g. n_permutations=200.')
+    check_int('min_attributes', min_attributes, todo='E.g. min_attributes=3.')
     glob, loc = sensitivity(explanation, editor, sides)['shift'], local_sensitivity(explanation, editor, sides)
     rng = np.random.default_rng(seed)
     out = []
@@ -570,6 +641,8 @@ class DescriptionDetector:
                  tokenizer=None, # Its tokenizer
                  batch_size:int=32 # Texts per forward pass
                 ):
+        if not hasattr(descriptions, 'items') or not descriptions:
+            raise ConfigError(f"descriptions is {descriptions!r:.60}.", "A non-empty {attribute name: (low description, high description)}.", "Use POLE_DESCRIPTIONS or write your own.")
         bad = [k for k, v in dict(descriptions).items() if not (isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(d, str) and d.strip() for d in v))]
         if bad: raise ConfigError(f"The descriptions of {bad} are not (low, high) pairs of texts.", "{attribute name: (low description, high description)}.", "Describe each pole in a few words.")
         check_batch_size(batch_size)
@@ -622,6 +695,9 @@ def _revalidated(explanation:Explanation, d_chosen, d_rejected) -> Explanation:
     d_chosen, d_rejected = np.asarray(d_chosen, dtype=np.float64), np.asarray(d_rejected, dtype=np.float64)
     if d_chosen.shape != (len(t),) or d_rejected.shape != (len(t),):
         raise ShapeError(f"Shifts of shapes {d_chosen.shape} and {d_rejected.shape} for {len(t)} perturbations.", "One shift per row of the table.", "Use detector_shifts.")
+    if not (np.isfinite(d_chosen).all() and np.isfinite(d_rejected).all()):   # NaN < 0 is False: it would pass for an invalid edit without a word
+        bad = np.flatnonzero(~(np.isfinite(d_chosen) & np.isfinite(d_rejected)))
+        raise NotFiniteError(f"{len(bad)} of {len(t)} shifts are not finite (first at row {bad[0]}).", "A finite detector shift per perturbation.", "Check the detector's scores on those responses.")
     ok_c = (t.chosen.to_numpy(object) != np.array([cs[i].chosen for i in t.comparison], dtype=object)) & (d_chosen < 0)
     ok_r = (t.rejected.to_numpy(object) != np.array([cs[i].rejected for i in t.comparison], dtype=object)) & (d_rejected > 0)
     if 'valid_lexicon' not in t: t['valid_lexicon'] = t['valid']
@@ -634,6 +710,8 @@ def revalidate(explanation:Explanation, # From `explain`
                attributes=RESPONSE_ATTRIBUTES # Where the explanation's attribute names are looked up
               ) -> Explanation:
     "The explanation judged by another detector: a perturbation is valid when every response its side edits moved toward flipping on it; `valid_lexicon` keeps the first verdict."
+    if not (isinstance(detector, pd.DataFrame) or callable(detector)):
+        raise ConfigError(f"detector is a {type(detector).__name__}.", "A detector (texts, attribute) -> scores, or its shifts already measured (a DataFrame from detector_shifts).", "E.g. revalidate(ex, DescriptionDetector()).")
     d = detector if isinstance(detector, pd.DataFrame) else detector_shifts(explanation, detector, attributes)
     if not {'d_chosen', 'd_rejected'} <= set(d.columns):
         raise ConfigError(f"The shifts have the columns {list(d.columns)}.", "A DataFrame with d_chosen and d_rejected, one row per perturbation.", "Use detector_shifts.")
@@ -645,20 +723,22 @@ def detector_agreement(detector, # `(texts, attribute) -> scores`
                        attributes=RESPONSE_ATTRIBUTES, # Attributes to edit
                        seed:int=0 # Seeds each edit's direction and the random edits
                       ) -> pd.DataFrame:
-    "Calibration against the lexicon: one span edit per text and attribute (direction drawn; the other if it cannot go that way), whether the detector moved that way (`agrees`), and whether it did after a random edit of the same size (`random_agrees`, chance ½)."
+    "Calibration against the lexicon: one span edit per text and attribute (direction drawn; the other if it cannot go that way), whether the detector moved that way (`agrees`), and whether it did after a random edit of the same size (`random_agrees`, chance ½; NA where none fits the text)."
     rng, rows = random.Random(seed), []
-    for a in [attribute(x) for x in attributes]:
+    for a in _as_attributes(attributes):
         edits = []
         for j, y in enumerate(texts):
             d = rng.choice((-1, 1))
             new = a.rewrite(y, d)
             if new is None: d, new = -d, a.rewrite(y, -d)
-            if new is not None: edits.append((j, y, d, new, random_edit(y, new, a, seed=rng.randrange(2**31))))
+            if new is not None: edits.append((j, y, d, new, _random_or_none(y, new, a, rng.randrange(2**31))))   # None: no random edit fits
         if not edits: continue
-        s = _detected(detector, [x for _, y, _, n, r in edits for x in (y, n, r)], a)
-        rows += [dict(attribute=a.name, text=j, direction=d, d_span=s[n] - s[y], d_random=s[r] - s[y]) for j, y, d, n, r in edits]
+        s = _detected(detector, [x for _, y, _, n, r in edits for x in (y, n, r) if x is not None], a)
+        rows += [dict(attribute=a.name, text=j, direction=d, d_span=s[n] - s[y], d_random=s[r] - s[y] if r is not None else np.nan) for j, y, d, n, r in edits]
     out = pd.DataFrame(rows, columns=['attribute', 'text', 'direction', 'd_span', 'd_random'])
-    return out.assign(agrees=np.sign(out.d_span) == out.direction, random_agrees=np.sign(out.d_random) == out.direction)
+    out = out.assign(agrees=np.sign(out.d_span) == out.direction, random_agrees=np.sign(out.d_random) == out.direction)
+    if out.d_random.isna().any(): out['random_agrees'] = out.random_agrees.astype('boolean').mask(out.d_random.isna())   # NA where no random edit fits: means skip it
+    return out
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #53ff85b1
 def perturbation_view(explanation:Explanation, # From `explain`
@@ -670,8 +750,7 @@ def perturbation_view(explanation:Explanation, # From `explain`
     "The original and perturbed responses of one perturbation, with the margin before and after, and the verdict."
     check_choice('side', side, SIDES)
     n = len(explanation.comparisons)
-    if not (isinstance(comparison, (int, np.integer)) and 0 <= comparison < n):
-        raise ConfigError(f"comparison={comparison!r}.", f"An index in 0..{n - 1}.", "Pick one of the explained comparisons.")
+    comparison = check_int('comparison', comparison, 0, n - 1, todo='Pick one of the explained comparisons by its index.')
     t = explanation.of(editor)
     names = sorted(t.attribute.unique())
     if attribute not in names: raise ConfigError(f"Unknown attribute {attribute!r}.", f"Closest: {closest(str(attribute), names)}; explained: {names}.", "Pass one of those.")
@@ -687,6 +766,8 @@ def plot_sensitivity(profiles:dict, # {reward-model name: `sensitivity` table}
                      column:str='flip_rate' # 'flip_rate' or 'shift'
                     ):
     "Heatmap of each reward model's global sensitivity per attribute (and the planted weights, when known)."
+    check_choice('column', column, ('flip_rate', 'shift'))
+    if not profiles: raise ConfigError("No sensitivity profiles were given.", "{reward-model name: sensitivity(explanation)}, at least one.", "Pass e.g. {'rm': sensitivity(ex)}.")
     attrs = sorted({a for p in profiles.values() for a in p.index})
     rows = {f'{k} ({column})': profiles[k][column].reindex(attrs) for k in profiles}
     if planted: rows |= {f'{k} (planted)': pd.Series(planted[k]).reindex(attrs) / max(planted[k].values()) for k in planted}

@@ -34,7 +34,7 @@ def checks(device, dtype):
             s = rm(P, R)
             r = rewards(rm, P, R, batch_size=2)
             chat = classifier_reward(m, tok, template='chat')(P, R)
-        assert s.shape == (3,) and s.dtype == torch.float32 and r.dtype == np.float64 and chat.shape == (3,)
+        assert s.shape == (3,) and s.dtype == (torch.float64 if dtype == torch.float64 else torch.float32) and r.dtype == np.float64 and chat.shape == (3,)
         finite(s, 'classifier rewards'); finite(chat, 'chat rewards')
         np.testing.assert_allclose(r, s.cpu().numpy(), atol=0.05 if dtype == torch.bfloat16 else 1e-4)
         return f"logits {np.round(r, 3).tolist()} ({dtype})"
@@ -46,7 +46,7 @@ def checks(device, dtype):
             with untouched(m, tok, h):
                 s = head_reward(m, tok, h, pooling=pooling)(P, R)
                 f = head_features(m, tok, P, R, pooling=pooling, batch_size=2)
-            assert s.shape == (3,) and f.shape == (3, 32) and f.dtype == torch.float32 and f.device.type == 'cpu' and tok.pad_token is None
+            assert s.shape == (3,) and f.shape == (3, 32) and f.dtype == (torch.float64 if dtype == torch.float64 else torch.float32) and f.device.type == 'cpu' and tok.pad_token is None
             finite(s, f'{arch} head reward'); finite(f, f'{arch} features')
             out.append(f"{arch} {pooling} |f| {f.norm():.2e}")
         g = torch.Generator().manual_seed(0)

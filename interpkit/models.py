@@ -13,9 +13,9 @@ from .errors import ConfigError, ModelNotAvailable, NotFiniteError, ShapeError, 
 
 # %% auto #0
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'word_vocab', 'word_tokenizer',
-           'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'vocab_size', 'position_limit',
-           'check_token_ids', 'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm', 'resolve_lm',
-           'pad_id', 'padding', 'mask_positions', 'encode_left', 'pad_right', 'pad_left', 'encode_texts',
+           'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'last_hidden_of', 'vocab_size',
+           'position_limit', 'check_token_ids', 'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm',
+           'resolve_lm', 'pad_id', 'padding', 'mask_positions', 'encode_left', 'pad_right', 'pad_left', 'encode_texts',
            'encode_queries', 'check_batch', 'check_batch_size', 'iter_batches', 'chat_text', 'generate_greedy',
            'chat_replies', 'chat', 'prefix_step', 'load_encoder', 'embed']
 
@@ -201,6 +201,17 @@ def logits_of(output # What a model returned
         raise ConfigError(f"The model returned a {type(output).__name__} with no tensor in it.", "A tensor of logits, or an output with `logits` or a tensor first.",
                           "Wrap the model so that it returns its logits.")
     return first
+
+# %% ../nbs/core/01_models.ipynb #2ef56837
+def last_hidden_of(output # What a model returned
+                  ) -> torch.Tensor|None: # (batch, pos, d), or None when the output holds none
+    "The last layer's hidden states in a model's `output`: its `hidden_states[-1]`, its `last_hidden_state`, or the tensor itself."
+    if torch.is_tensor(output): return output
+    get = output.get if isinstance(output, Mapping) else lambda k: getattr(output, k, None)
+    hs = get('hidden_states')
+    if isinstance(hs, (tuple, list)) and hs and torch.is_tensor(hs[-1]): return hs[-1]
+    h = get('last_hidden_state')
+    return h if torch.is_tensor(h) else None
 
 # %% ../nbs/core/01_models.ipynb #a14f014a
 def vocab_size(model # A model with input embeddings, or a `transformers` config

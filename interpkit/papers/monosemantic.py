@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 import warnings
 from ..errors import ConfigError, ShapeError, check_choice, check_finite, check_fraction, check_int, moved, renamed
-from ..models import check_batch_size, evaluating, to_model
+from ..models import check_batch_size, evaluating, last_hidden_of, to_model
 from ..results import result
 from ..sae import SAE, train_sae
 from ..stats import Probe, linear_probe as _linear_probe
@@ -47,7 +47,7 @@ def encoder_features(model:nn.Module, # Any encoder: one that returns features, 
     if torch.is_tensor(h): return h
     pooled = h.get('pooler_output') if isinstance(h, Mapping) else getattr(h, 'pooler_output', None)
     if torch.is_tensor(pooled): return pooled
-    last = h.get('last_hidden_state') if isinstance(h, Mapping) else getattr(h, 'last_hidden_state', None)
+    last = last_hidden_of(h)
     if not torch.is_tensor(last): raise ConfigError(f"The encoder returned a {type(h).__name__} without a tensor, pooler_output or last_hidden_state.", "An encoder that returns (batch, d_enc) features or a transformers output.", "Wrap it so that it returns its features.")
     m = x.get('attention_mask') if isinstance(x, Mapping) else None
     m = torch.ones(last.shape[:2], device=last.device, dtype=last.dtype) if m is None else m.to(last.device, last.dtype)

@@ -5,13 +5,12 @@
 # %% ../../nbs/papers/04_rm_contrast.ipynb #b4470bfc
 from __future__ import annotations
 import difflib, inspect, random, re, warnings
-from collections.abc import Mapping
 from dataclasses import dataclass
 import numpy as np, pandas as pd, torch
 from rapidfuzz.distance import Levenshtein
 from scipy.stats import spearmanr
 from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_int, check_texts, closest, moved, renamed
-from ..models import chat_replies, chat_text, check_batch_size, check_causal_lm, check_token_ids, embed, evaluating, padding, position_limit, to_model
+from ..models import chat_replies, chat_text, check_batch_size, check_causal_lm, check_token_ids, embed, evaluating, last_hidden_of, padding, position_limit, to_model
 from ..results import result
 from ..viz import heatmap
 
@@ -168,8 +167,7 @@ def _last_hidden(model, enc) -> torch.Tensor:
     except (TypeError, ValueError): ps = {}
     asks = 'output_hidden_states' in ps or any(p.kind == p.VAR_KEYWORD for p in ps.values())
     out = model(**enc, output_hidden_states=True) if asks else model(**enc)
-    get = out.get if isinstance(out, Mapping) else lambda k: getattr(out, k, None)
-    h = out if torch.is_tensor(out) else get('hidden_states')[-1] if get('hidden_states') is not None else get('last_hidden_state')
+    h = last_hidden_of(out)
     if not (torch.is_tensor(h) and h.dim() == 3 and tuple(h.shape[:2]) == tuple(enc['input_ids'].shape)):
         raise ConfigError(f"{type(model).__name__} returned {type(out).__name__} without (batch, pos, d) hidden states.", "A model that returns hidden_states, a last_hidden_state, or a (batch, pos, d) tensor.",
                           "Pass a transformers model, or wrap yours to return its last hidden states.")

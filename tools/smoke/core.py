@@ -23,7 +23,7 @@ from interpkit.stats import effective_rank, linear_probe
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
     'tiny_lm': 'used by every check', 'tiny_tokenizer': 'used by the chat checks', 'cache_dir': 'a path', 'assets_dir': 'a path',
-    'quiet': 'reads the environment', 'as_random': 'Python random, no device', 'Heads': 'a type', 'StateDict': 'a type', 'DictView': 'a mixin of results', 'FieldsByName': 'a mixin of results', 'vocab_size': 'reads a size', 'check_token_ids': 'a check on ids', 'position_limit': 'reads a size', 'check_seed': 'a check', 'check_texts': 'a check', 'check_denoiser': 'a check, run by sample below', 'Site': 'a value', 'CANONICAL': 'constants', 'resid_pre': 'site names', 'mlp_out': 'site names',
+    'quiet': 'reads the environment', 'as_random': 'Python random, no device', 'Heads': 'a type', 'StateDict': 'a type', 'DictView': 'a mixin of results', 'FieldsByName': 'a mixin of results', 'vocab_size': 'reads a size', 'check_token_ids': 'a check on ids', 'position_limit': 'reads a size', 'last_hidden_of': 'reads an output', 'check_seed': 'a check', 'check_texts': 'a check', 'check_denoiser': 'a check, run by sample below', 'Site': 'a value', 'CANONICAL': 'constants', 'resid_pre': 'site names', 'mlp_out': 'site names',
     'ActCache': 'made by capture', 'GradCache': 'made by capture_grads', 'HookPoint': 'made by resolve', 'Layout': 'made by layout',
     'FitResult': 'made by fit', 'SAEMetrics': 'made by sae_metrics', 'result': 'a class decorator', 'untouched': 'used by every check',
     'mlp_linears': 'module paths of a block, nothing device-specific (tests/test_hooks.py covers every tiny architecture)',

@@ -857,7 +857,7 @@ def embed(model=None, # Encoder, its name, or None for all-MiniLM-L6-v2
           tokenizer=None, # Its tokenizer (needed with a model object)
           batch_size:int=32, # Texts per forward pass
           normalize:bool=True, # Scale each embedding to unit length
-          max_length:int=256 # Longer texts are truncated to this many tokens (MiniLM was trained on 256)
+          max_length:int=256 # Longer texts are truncated to this many tokens (MiniLM was trained on 256), or to the encoder's `position_limit` if it has fewer
          ) -> torch.Tensor: # `(n_texts, d)` float32 on the model's device, or `(d,)` for a single text
     "Mean-pooled (over real tokens) last hidden states of `texts`; the encoder is left as it was."
     if _old_embed_order(model, texts):
@@ -870,7 +870,8 @@ def embed(model=None, # Encoder, its name, or None for all-MiniLM-L6-v2
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
     if not all(isinstance(t, str) for t in texts): raise ConfigError("embed takes a text or a list of texts.", f"Got items of type {sorted({type(t).__name__ for t in texts})}.", "Pass strings.")
-    out = []
+    out, limit = [], position_limit(model)
+    if limit is not None: max_length = min(max_length, limit)   # an encoder of fewer positions reads fewer tokens (its position table would overflow)
     with evaluating(model), torch.no_grad(), padding(tokenizer, 'right'):
         for i in range(0, len(texts), check_batch_size(batch_size)):
             enc = to_model(model, dict(tokenizer(texts[i:i+batch_size], padding=True, truncation=True, max_length=max_length, return_tensors='pt')))

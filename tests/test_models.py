@@ -316,3 +316,14 @@ def test_logits_at_positions_out_of_range_are_typed_errors():
     for bad, msg in [(7, 'positions=7 but the inputs have 6'), (-7, 'positions=-7'), ([0, 6], 'for inputs of 6 positions'), ([-7], 'for inputs of 6 positions')]:
         with pytest.raises(ConfigError, match=msg): logits_at(m, dict(input_ids=ids), bad)
     with torch.no_grad(): torch.testing.assert_close(logits_at(m, dict(input_ids=ids), 6), m(input_ids=ids).logits)   # all six: fine
+
+
+def test_embed_reads_no_more_tokens_than_the_encoder_has_positions():
+    "Issue 51 (the class of rm_contrast's 91-token response on a 64-position encoder): embed cut texts at 256 tokens whatever the encoder."
+    from interpkit.models import tiny_tokenizer
+    enc, tok = tiny_lm('bert', max_len=16, seed=0).bert, tiny_tokenizer()
+    long = ' '.join(f'w{i % 50}' for i in range(40))
+    got = embed(enc, [long], tok, normalize=False)
+    ids = tok([long], truncation=True, max_length=16, return_tensors='pt')
+    with torch.no_grad(): ref = enc(**ids).last_hidden_state.mean(1)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)

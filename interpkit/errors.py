@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 # %% auto #0
 __all__ = ['EXTRAS', 'closest', 'InterpkitError', 'SiteError', 'ShapeError', 'ModelNotAvailable', 'ConfigError', 'NotFiniteError',
            'AssetNotFound', 'MissingExtra', 'check_choice', 'check_finite', 'check_int', 'check_fraction', 'check_seed',
-           'check_texts', 'renamed', 'moved', 'require_extra']
+           'check_texts', 'check_template', 'renamed', 'moved', 'require_extra']
 
 # %% ../nbs/core/00_errors.ipynb #df303d3b
 def closest(name:str, # What the user asked for
@@ -133,6 +133,23 @@ def check_texts(name:str, # The argument's name
                 else f"a list holding a {type(next(t for t in texts if not isinstance(t, str))).__name__}")
         raise ConfigError(f"{name} is {what}.", f"{name}: a {'' if empty else 'non-empty '}list of strings.", todo)
     return list(texts)
+
+# %% ../nbs/core/00_errors.ipynb #53f508d4
+def check_template(what:str, # What the template is, for the message (e.g. 'template')
+                   template, # What was given
+                   fields:tuple, # The keyword fields it is formatted with
+                   shown:tuple|None=None, # The fields it must show; None: all of them
+                   todo:str='' # What to do, for the message
+                  ) -> str:
+    "Return `template` if it is a text that formats with the keyword `fields` only and shows each of `shown`; raise `ConfigError` otherwise."
+    names = lambda fs: ', '.join('{' + f + '}' for f in fs)
+    shown = fields if shown is None else shown
+    if not isinstance(template, str): raise ConfigError(f"{what}={template!r} is not a text.", f"A text with the fields {names(fields)}.", todo)
+    try: missing = [f for f in shown if '\0' not in template.format(**{g: '\0' if g == f else '' for g in fields})]
+    except (KeyError, IndexError, ValueError) as e:
+        raise ConfigError(f"{what}={template!r} does not format: {e!r}.", f"A text with the fields {names(fields)} only (other braces doubled: {{{{ and }}}}).", todo) from None
+    if missing: raise ConfigError(f"{what}={template!r} has no {names(missing)} field.", f"A text that shows {names(shown)}.", todo)
+    return template
 
 # %% ../nbs/core/00_errors.ipynb #1e6da9ef
 def renamed(**old_to_new:str # Old keyword name = new keyword name

@@ -15,9 +15,9 @@ from .errors import ConfigError, ModelNotAvailable, NotFiniteError, ShapeError, 
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'word_vocab', 'word_tokenizer',
            'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'last_hidden_of', 'vocab_size',
            'position_limit', 'check_token_ids', 'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm',
-           'resolve_lm', 'pad_id', 'padding', 'mask_positions', 'encode_left', 'pad_right', 'pad_left', 'encode_texts',
-           'encode_queries', 'check_batch', 'check_batch_size', 'iter_batches', 'chat_text', 'generate_greedy',
-           'chat_replies', 'chat', 'prefix_step', 'load_encoder', 'embed']
+           'resolve_lm', 'pad_id', 'padding', 'mask_positions', 'encode_left', 'pad_right', 'right_align', 'pad_left',
+           'encode_texts', 'encode_queries', 'check_batch', 'check_batch_size', 'iter_batches', 'chat_text',
+           'generate_greedy', 'chat_replies', 'chat', 'prefix_step', 'load_encoder', 'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
 TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'mixtral', 'olmoe')
@@ -587,6 +587,19 @@ def pad_right(rows:list, # Token id lists, one per sequence
         r, l = list(r)[:T], list(l)[:T]
         ids[i, :len(r)] = torch.tensor(r, dtype=torch.long); lab[i, :len(l)] = torch.tensor(l, dtype=torch.long); mask[i, :len(r)] = 1
     return dict(input_ids=ids, attention_mask=mask, labels=lab)
+
+# %% ../nbs/core/01_models.ipynb #b1cd5d95
+def right_align(batch:dict # Model inputs with an attention_mask (other tensors of its shape move along: input_ids, labels, position_ids)
+               ) -> dict: # The same keys; a batch with no real token after padding comes back as it is
+    "`batch` with each row's real tokens moved to its start, in their order, and labels on padding set to -100: a left-padded row is then scored as it is alone."
+    m = batch.get('attention_mask') if isinstance(batch, Mapping) else None
+    if not torch.is_tensor(m) or m.dim() != 2: return batch
+    real = m != 0
+    if not bool((real[:, 1:] & ~real[:, :-1]).any()): return batch   # no real token after padding
+    order = torch.sort((~real).to(torch.uint8), dim=1, stable=True).indices   # real tokens first, in their order
+    out = {k: v.gather(1, order.to(v.device)) if torch.is_tensor(v) and v.shape == m.shape else v for k, v in batch.items()}
+    if torch.is_tensor(out.get('labels')): out['labels'] = out['labels'].masked_fill(~real.gather(1, order).to(out['labels'].device), -100)
+    return out
 
 # %% ../nbs/core/01_models.ipynb #6e2cd2be
 def pad_left(rows:list, # Token id lists, one per prompt; none empty

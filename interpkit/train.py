@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np, pandas as pd, torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
-from .models import _takes, check_batch, check_token_ids, encode_texts, mask_positions, tiny_config, tiny_lm, to_model, word_tokenizer
+from .models import check_batch, check_token_ids, encode_texts, right_align, tiny_config, tiny_lm, to_model, word_tokenizer
 from .errors import AssetNotFound, ConfigError, NotFiniteError, ShapeError, check_choice, check_int
 
 # %% auto #0
@@ -273,15 +273,11 @@ def lm_loss(model:torch.nn.Module, # A causal LM
             batch:dict # input_ids, attention_mask, position_ids and labels (all but input_ids optional; labels -100 where no loss; default: every real token after a real token)
            ) -> torch.Tensor:
     "Mean next-token cross-entropy over the labelled tokens of `batch`."
-    batch = to_model(model, batch)
+    batch = to_model(model, right_align(batch))   # a left-padded row is scored as the row alone
     ids, mask, labels, pos = batch['input_ids'], batch.get('attention_mask'), batch.get('labels'), batch.get('position_ids')
     check_token_ids(model, ids)
     kw = {} if mask is None else dict(attention_mask=mask.long())
-    if mask is not None:
-        prev = torch.cat([torch.zeros_like(mask[:, :1]), mask[:, :-1]], 1)
-        if labels is None: labels = ids.masked_fill((mask == 0) | (prev == 0), -100)
-        if pos is None and bool((mask[:, 0] == 0).any()) and _takes(model, 'position_ids'): pos = mask_positions(mask)   # left padding: positions count real tokens
-    elif labels is None: labels = ids
+    if labels is None: labels = ids if mask is None else ids.masked_fill(mask == 0, -100)
     if pos is not None: kw['position_ids'] = pos
     logits = model(input_ids=ids, **kw).logits
     return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten().to(logits.device), ignore_index=-100)

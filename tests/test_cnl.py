@@ -1012,6 +1012,26 @@ def test_random_neurons_are_uniform_over_the_free_neurons():
     counts = sum(random_neurons(mask_of((2, 6), {0: [0, 1]}), seed=s, per_layer=False).mask.flatten().long() for s in range(400))
     assert counts[:2].sum() == 0 and stats.chisquare(counts[2:].numpy()).pvalue > 1e-3
 
+def test_random_neurons_over_half_a_layer_exactly_as_many_or_a_typed_error():
+    "Issue 51: a set that fills over half a layer got fewer random neurons than it holds; now exactly as many, or a ConfigError where that is impossible."
+    given = Neurons(mask_of((2, 8), {0: [0, 1, 2, 3, 4], 1: [0]}), [3, 5])      # layer 3: 5 of 8 neurons, 3 left; 6 of 16 in all, 10 left
+    with pytest.raises(ConfigError, match=r"layer 3: 5 of its 8 neurons \(only 3 others\).*per_layer=False"): random_neurons(given, seed=0)
+    counts = torch.zeros(16)
+    for s in range(600):                                                      # the total only: exactly 6, disjoint, uniform over the 10 free neurons
+        r = random_neurons(given, seed=s, per_layer=False).mask
+        assert int(r.sum()) == 6 and not (r & given.mask).any()
+        counts += r.flatten().float()
+    free = (~given.mask).flatten()
+    assert counts[~free].sum() == 0 and counts.sum() == 600 * 6
+    assert stats.chisquare(counts[free].numpy(), np.full(10, 600 * 6 / 10)).pvalue > 1e-3   # each free neuron drawn with probability 6/10
+    half = Neurons(mask_of((2, 8), {0: [0, 2, 4, 6], 1: [1]}), [0, 1])           # exactly half a layer: its other half, the only draw
+    for s in range(3):
+        r = random_neurons(half, seed=s).mask
+        assert torch.equal(r[0], ~half.mask[0]) and r.sum(1).tolist() == [4, 1] and not (r & half.mask).any()
+    full = mask_of((2, 8), {0: list(range(8)), 1: [0, 1, 2]})                  # 11 of 16 in all: impossible both ways
+    with pytest.raises(ConfigError, match=r"8 of its 8 neurons \(only 0 others\).*smaller set"): random_neurons(full)
+    with pytest.raises(ConfigError, match=r"11 of the 16 neurons \(only 5 others\).*smaller set"): random_neurons(full, per_layer=False)
+
 # ---------------------------------------------------------------- neuron parameters and fine-tuning
 
 def test_neuron_parameters_llama_gpt2_neox():
@@ -1460,3 +1480,53 @@ def test_template_grid_is_a_result_that_unpacks(tmp_path, monkeypatch):
     assert g.scores['addition', 'native'].scores.tolist() == [[[2., 0.], [0., 1.]]]
     scores, meta = g
     assert scores is g.scores and meta is g.meta
+
+# ---------------------------------------------------------------- issue 51: the same classes, searched for in this module
+
+def test_non_finite_scores_are_refused_where_they_would_rank_silently():
+    "A NaN attribution ranked somewhere in a top set and commonality_neurons returned a set without a word; now NotFiniteError, naming how many."
+    g = torch.Generator().manual_seed(0)
+    s = torch.rand(6, 2, 8, generator=g)
+    want = commonality_neurons(s, 3, 0.5)
+    for bad, n in ((float('nan'), 1), (float('inf'), 1), (-float('inf'), 1)):
+        t = s.clone(); t[2, 1, 4] = bad
+        for f in (lambda: top_sets(t, 3), lambda: commonality_neurons(t, 3, 0.5), lambda: pairwise_overlap(t, 3), lambda: halves_overlap(t, 3, 0.5)):
+            with pytest.raises(NotFiniteError, match=f"{n} NaN or infinite value\\(s\\) of 96"): f()
+    assert torch.equal(commonality_neurons(s, 3, 0.5).mask, want.mask)           # finite scores: as before
+    top = top_sets(s, 3).reshape(6, -1)                                            # reference: the 3 largest of each sample by sorting
+    ref = torch.zeros_like(top)
+    for i, row in enumerate(s.reshape(6, -1)): ref[i, sorted(range(16), key=lambda j: -float(row[j]))[:3]] = True
+    assert torch.equal(top, ref)
+
+def test_tables_and_random_neurons_refuse_what_they_cannot_use():
+    "overlap_table({}) raised a KeyError from pandas and across_table({}) returned an empty frame; random_neurons on a 1-D mask raised an IndexError."
+    for f in (overlap_table, across_table):
+        with pytest.raises(ConfigError, match=r"got scores=\{\}.*at least one entry"): f({}, 3, 0.5)
+        with pytest.raises(ConfigError, match=r"got scores=\["): f([torch.rand(4, 1, 4)], 3, 0.5)
+    with pytest.raises(ShapeError, match=r"shape \(8,\).*\(layers, neurons\)"): random_neurons(torch.zeros(8, dtype=torch.bool))
+
+def test_bad_data_seeds_learning_rates_and_rows_get_typed_errors(untouched):
+    "A Capability with more prompts than answers was cut silently by zip; a non-string prompt, a float seed, lr=nan and rows=3 raised ValueError, RuntimeError or AttributeError from torch and transformers."
+    m, t = tiny_lm('llama', d_model=32), tiny_tokenizer()
+    N = Neurons(mask_of((2, 128), {0: [0, 1, 2]}), [0, 1])
+    with untouched(m, t):
+        for data, match in ((Capability('x', ['w1', 'w2'], [' w3']), '2 prompts and 1 answers'), (Capability('x', ['w1', 3], [' w3', ' w4']), r"of type \['int'\]"),
+                            ((['w1'], [None]), r"of type \['NoneType'\]")):
+            for f in (lambda: answer_scores(m, t, data), lambda: encode_answers(t, data), lambda: neuron_attributions(m, t, data), lambda: finetune_neurons(m, t, data, N, steps=1)):
+                with pytest.raises(ConfigError, match=match): f()
+        for lr in (float('nan'), float('inf'), 0, -1e-3, '1e-3', True):
+            with pytest.raises(ConfigError, match=r"lr=.*finite positive"): finetune_neurons(m, t, Capability('x', ['w1'], [' w2']), N, steps=1, lr=lr)
+        for bad in ('rows', 3, None):
+            with pytest.raises(ConfigError, match='with_rows got rows of type'): with_rows(m, bad)
+    for seed in (1.5, '0', None, True):
+        with pytest.raises(ConfigError, match=r"seed=.* is not valid. seed is an int"): split_halves(6, seed)
+        with pytest.raises(ConfigError, match=r"seed=.* is not valid. seed is an int"): random_neurons(N, seed)
+        with pytest.raises(ConfigError, match=r"seed=.* is not valid. seed is an int"): halves_overlap(torch.rand(6, 2, 8), 3, 0.5, seed)
+    assert split_halves(6, -3) == split_halves(6, -3) and sorted(sum(split_halves(6, -3), [])) == list(range(6))   # any int seeds
+
+def test_demo_generators_refuse_a_negative_number_of_shots():
+    "addition(shots=-1) raised an IndexError from the list of solved examples; sentiment(shots=-1) gave prompts without examples."
+    for make in (addition, multiplication, sentiment):
+        with pytest.raises(ConfigError, match='shots=-1'): make(4, shots=-1)
+        assert make(4, shots=0).prompts == make(4, shots=0).prompts and len(make(4, shots=0)) == 4
+    assert addition(2, shots=0).prompts[0].count('\n') == 0 and addition(2, shots=2).prompts[0].count('\n') == 2   # 0 and 2 solved lines

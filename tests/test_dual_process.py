@@ -9,7 +9,7 @@ import numpy as np, pandas as pd, pytest, torch
 import torch.nn.functional as F
 from scipy import stats
 from torch import nn
-from interpkit.errors import ConfigError, ShapeError
+from interpkit.errors import ConfigError, NotFiniteError, ShapeError
 from interpkit.models import tiny_lm
 from interpkit.train import Shipped, Trained, fit
 import interpkit.papers.dual_process as dp
@@ -680,3 +680,62 @@ def test_train_dual_process_takes_the_model_first_and_the_old_order_warns():
         assert out.model is lm
     assert list(inspect.signature(train_dual_process).parameters)[:2] == ['model', 'recipe']
 
+
+# ---------------------------------------------------------------- issue 51: inputs as users have them
+
+def test_hard_accuracy_takes_arrays_and_lists_against_a_loop():
+    g = np.random.default_rng(0)
+    p, t = g.integers(0, 3, (200, 3)), g.integers(0, 3, (200, 3))
+    want = sum(all(p[i, j] == t[i, j] for j in range(3)) for i in range(200)) / 200
+    assert 0 < want < 1
+    for a, b in ((p, t), (p.tolist(), t.tolist()), (torch.as_tensor(p), t), (p, torch.as_tensor(t))):
+        assert hard_accuracy(a, b) == pytest.approx(want)
+    with pytest.raises(ShapeError, match=r'\(200, 3\) and target \(200, 2\)'): hard_accuracy(p, t[:, :2])
+    with pytest.raises(ShapeError, match='target of type list.*tensors or arrays of token ids'): hard_accuracy(p[:1], [['a', 'b', 'c']])
+
+class _Plain(nn.Module):
+    "A model of one's own: an embedding of `n` ids and a readout, called with the ids."
+    def __init__(self, n, out=None): super().__init__(); self.emb, self.out = nn.Embedding(n, 8), nn.Linear(8, out or n)
+    def forward(self, ids): return self.out(self.emb(ids))
+
+@pytest.mark.parametrize('make', [lambda: pos_bert(POSTask(vocab=10, n_unseen=2), hidden=16, n_layers=1, intermediate=16),
+                                  lambda: tiny_lm('gpt2', n_layers=1, d_model=16, vocab_size=10)], ids=['bert', 'gpt2'])
+def test_evaluate_with_another_vocabulary_names_both(make, untouched):
+    m = make()
+    with untouched(m), pytest.raises(ConfigError, match=rf"embeds \d+ token ids, but the task uses ids 0 to {SMALL.n_tokens - 1}.*pos_bert\(task\)"):
+        evaluate(m, SMALL, n=5)
+    with untouched(m), pytest.raises(ConfigError, match=r'embeds ids 0 to \d+.*own tokenizer'): masked_logits(m, SMALL.sample(3, 'holdout', 0)['input_ids'])
+
+def test_a_plain_module_with_another_vocabulary_gets_a_typed_error():
+    with pytest.raises(ConfigError, match=rf'_Plain failed on token ids up to \d+ with IndexError.*vocabulary covers'): evaluate(_Plain(12), SMALL, n=5)
+    b = SMALL.sample(4, 'train', 0)
+    with pytest.raises(ConfigError, match=rf'labels up to \d+, but _Plain predicts 10 tokens'): masked_loss(_Plain(SMALL.n_tokens, 10), b)
+    m = _Plain(SMALL.n_tokens)   # one that covers the task works, and its loss is the cross-entropy of its full logits
+    with torch.no_grad():
+        lg = m(b['input_ids'])[:, -3:]
+        assert float(masked_loss(m, b)) == pytest.approx(float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), b['labels'][:, -3:].reshape(-1))), rel=1e-6)
+
+def test_values_that_meant_something_else_are_typed_errors():
+    "A plain model's NaN logits gave predictions of token 0, one sequence without its batch dimension gave one prediction per token, and curves without a metric gave a KeyError."
+    x = SMALL.sample(6, 'train', 0)['input_ids']
+    nan = lambda ids: torch.full((*ids.shape, SMALL.n_tokens), float('nan'))
+    with pytest.raises(NotFiniteError, match='NaN or inf logits'): predictions(nan, x)
+    with pytest.raises(NotFiniteError): evaluate(nan, SMALL, n=5)
+    rule = lambda ids: F.one_hot(ids, SMALL.n_tokens).float()   # predicts its own input: the last three tokens, the masks
+    assert predictions(rule, x).tolist() == [[SMALL.mask] * 3] * 6
+    with pytest.raises(ShapeError, match=r'input_ids of shape \(7,\).*\(batch, pos\)'): predictions(rule, x[0])
+    with pytest.raises(ShapeError, match=r'\(batch, pos\)'): masked_logits(rule, x[0])
+    c = pd.DataFrame({'holdout': [0.1, 0.5, 0.3], 'val': [0.2, 0.4, 0.6]}, index=pd.Index([10, 20, 30], name='step'))
+    s = dp.run_summary(c, last=3)
+    assert s['peak_holdout'] == 0.5 and s['peak_step'] == 20 and s['val'] == pytest.approx(0.4) and s['holdout'] == pytest.approx(0.3)
+    with pytest.raises(ConfigError, match=r"columns \['val'\], no 'holdout'"): dp.run_summary(c[['val']])
+    with pytest.raises(ConfigError, match=r"metrics \['iwl'\] are not columns of curves.*\['holdout', 'val'\]"): dp.plot_curves(c, ['val', 'iwl'])
+    ax = dp.plot_curves(c, 'val'); assert [l.get_label() for l in ax.get_lines()][:1] == ['val']
+    matplotlib.pyplot.close('all')
+
+def test_train_dual_process_on_a_model_of_another_vocabulary():
+    "A model of one's own that cannot read the task's ids fails before training (it embeds too few) or at the first step with a typed error, not an IndexError."
+    class Embeds(_Plain):
+        def get_input_embeddings(self): return self.emb
+    with pytest.raises(ShapeError, match=f'The model has 12 tokens.*{TINY.task.n_tokens - 1}'): train_dual_process(Embeds(12), TINY, steps=1, progress=False)
+    with pytest.raises(ConfigError, match='_Plain failed on token ids up to'): train_dual_process(_Plain(12), TINY, steps=1, eval_every=1, eval_n=5, progress=False)

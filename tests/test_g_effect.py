@@ -394,7 +394,8 @@ def test_unlearn_stop_at():
 def test_unlearn_that_raises_leaves_model_untouched(untouched):
     m = lm(seed=13)
     with untouched(m), pytest.raises(NotFiniteError):
-        unlearn(m, 'ga', FORGET, RETAIN, steps=3, lr=math.inf, optimizer='sgd', measure_every=100, g_effect_every=None)  # inf weights: a NaN loss at step 1
+        unlearn(m, 'ga', FORGET, RETAIN, steps=3, lr=1e300, optimizer='sgd', measure_every=100, g_effect_every=None)  # inf weights: a NaN loss at step 1
+    with untouched(m), pytest.raises(ConfigError, match='lr=inf'): unlearn(m, 'ga', FORGET, RETAIN, steps=3, lr=math.inf)   # refused before any step
     with untouched(m), pytest.raises(ConfigError, match='idk'):
         unlearn(m, 'idk', FORGET, RETAIN, steps=1)
     with untouched(m), pytest.raises(ConfigError): unlearn(m, 'ga', FORGET, RETAIN, optimizer='adam')
@@ -793,3 +794,125 @@ def test_param_groups_is_a_mapping():
     assert pg.order == ['embed', 'layer 0', 'layer 1', 'final norm', 'lm_head'] and set(pg.values()) == set(pg.order)
     assert pg['model.layers.1.mlp.up_proj.weight'] == 'layer 1' and 'model.norm.weight' in pg
     assert param_groups(m, lambda n: 'all') == {n: 'all' for n, _ in m.named_parameters()}
+
+# ---------------------------------------------------------------- issue 51: padding, models of one's own, other vocabularies
+
+def left(d):
+    "The same rows padded on the left: each row rolled right by its number of padding positions."
+    n = (d['attention_mask'] == 0).sum(1)
+    return {k: torch.stack([r.roll(int(s)) for r, s in zip(v, n)]) for k, v in d.items()}
+
+def unpadded_risk(m, d):
+    "The mean answer NLL, each row run alone on its real tokens (no mask, no padding)."
+    rows = [{k: v[i:i + 1, d['attention_mask'][i].bool()] for k, v in d.items()} for i in range(len(d['input_ids']))]
+    total = sum(int((r['labels'][:, 1:] != -100).sum()) for r in rows)
+    loss = sum(F.cross_entropy(logits_of_(m(input_ids=r['input_ids']))[0, :-1], r['labels'][0, 1:], ignore_index=-100, reduction='sum') for r in rows) / total
+    return loss
+
+def unpadded_risk_grad(m, d): return grad(unpadded_risk(m, d), m)
+
+def logits_of_(out): return out if torch.is_tensor(out) else out.logits
+
+@pytest.mark.parametrize('arch,rel', [('gpt2', 1e-9), ('llama', 1e-6)])   # Llama's RMSNorm computes in float32 even in a float64 model
+def test_left_padding_gives_the_unpadded_g_effect(arch, rel, untouched):
+    m = lm(arch)
+    fl, rl = left(FORGET), left(RETAIN)
+    assert (fl['attention_mask'][:, 0] == 0).any() and (rl['attention_mask'][:, 0] == 0).any()
+    gf, gr = unpadded_risk_grad(m, FORGET), unpadded_risk_grad(m, RETAIN)
+    with untouched(m): ge = g_effect(m, 'ga', fl, rl, batch_size=3)
+    assert ge.unlearning == pytest.approx(-dot(gf, gf), rel=rel) and ge.retention == pytest.approx(-dot(gf, gr), rel=rel)   # GA: grad L = -grad R(forget)
+    obj = objective('npo', regularizer='kl')
+    ref = perturbed(m)
+    a, b = g_effect(m, obj, FORGET, RETAIN, ref=ref), g_effect(m, obj, fl, rl, ref=ref)
+    assert (b.unlearning, b.retention, b.loss) == pytest.approx((a.unlearning, a.retention, a.loss), rel=rel)
+    assert qa_metrics(m, fl).to_numpy() == pytest.approx(qa_metrics(m, FORGET).to_numpy(), rel=rel)
+    ia, ib = instance_g_effects(m, 'wga', FORGET, RETAIN), instance_g_effects(m, 'wga', fl, rl)
+    assert ib.to_numpy() == pytest.approx(ia.to_numpy(), rel=rel)
+    ua, ub = (unlearn(m, 'ga', f, r, steps=2, lr=1e-3, g_effect_every=2, batch_size=2).history for f, r in ((FORGET, RETAIN), (fl, rl)))
+    assert ub.to_numpy() == pytest.approx(ua.to_numpy(), rel=1e-6, nan_ok=True)
+
+def test_left_padding_of_the_reported_case_gpt2_float32():
+    "The issue's case: a GPT-2's forget G-effect on left-padded rows moved by 0.1% (no position ids); now it is the unpadded one."
+    m = tiny_lm('gpt2', vocab_size=TOK.vocab_size, seed=0)
+    gf = unpadded_risk_grad(m, FORGET)
+    assert g_effect(m, 'ga', left(FORGET), RETAIN).unlearning == pytest.approx(-dot(gf, gf), rel=1e-4)
+
+class Plain(nn.Module):
+    "A causal LM of one's own: forward(input_ids, attention_mask) -> logits; each position reads the masked running mean of the embeddings."
+    def __init__(self, n, d=16):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.emb, self.mix, self.out = nn.Embedding(n, d), nn.Linear(d, d), nn.Linear(d, n)
+        with torch.no_grad():
+            for p in self.parameters(): p.copy_(0.5 * torch.randn(p.shape, generator=g))
+        self.double()
+    def forward(self, input_ids, attention_mask=None):
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        x = self.emb(input_ids) * mask[..., None]
+        h = x.cumsum(1) / mask.cumsum(1).clamp(min=1)[..., None]
+        return self.out(torch.tanh(self.mix(h)))
+
+def test_a_plain_module_with_forward_of_ids_and_mask(untouched):
+    m = Plain(TOK.vocab_size)
+    gf, gr = unpadded_risk_grad(m, FORGET), unpadded_risk_grad(m, RETAIN)
+    with untouched(m):
+        ge = g_effect(m, 'ga', FORGET, RETAIN)
+        assert ge.unlearning == pytest.approx(-dot(gf, gf), rel=1e-9) and ge.retention == pytest.approx(-dot(gf, gr), rel=1e-9)
+        assert set(ge.groups.index) == {'embed', 'mix', 'out'} and ge.groups.sum().to_numpy() == pytest.approx([ge.unlearning, ge.retention], rel=1e-9)
+        assert g_effect(m, 'ga', left(FORGET), left(RETAIN)).unlearning == pytest.approx(ge.unlearning, rel=1e-9)
+        assert retain_term(m, objective('ga', regularizer='kl'), RETAIN, ref=m)[0].item() == pytest.approx(0, abs=1e-12)
+        assert qa_metrics(m, FORGET)['nll'] == pytest.approx(float(unpadded_risk(m, FORGET).detach()), rel=1e-9)
+        assert len(unlearn(m, 'npo', FORGET, RETAIN, steps=1, g_effect_every=1).history) == 2
+        with pytest.raises(ConfigError, match='RMU .*Plain.*Use another objective'): g_effect(m, 'rmu', FORGET, RETAIN)
+
+def test_a_plain_module_without_attention_mask():
+    class IdsOnly(Plain):
+        def forward(self, input_ids): return super().forward(input_ids)
+    m = IdsOnly(TOK.vocab_size)
+    with pytest.raises(ConfigError, match='padded, but IdsOnly.forward takes no attention_mask.*rows of one length'): g_effect(m, 'ga', FORGET, RETAIN)
+    one = {k: v[:1, FORGET['attention_mask'][0].bool()] for k, v in FORGET.items()}   # one row, no padding: it runs
+    assert g_effect(m, 'ga', one, one).unlearning == pytest.approx(-dot(*[unpadded_risk_grad(m, one)] * 2), rel=1e-9)
+
+def test_another_vocabulary_is_a_config_error_naming_both(untouched):
+    top = int(FORGET['input_ids'].max())
+    small = tiny_lm('llama', n_layers=1, d_model=16, vocab_size=top, seed=0)   # misses the forget data's largest id
+    m = lm()
+    with untouched(small), untouched(m):
+        with pytest.raises(ConfigError, match=rf'the forget data holds token id\(s\) \[{top}\], but LlamaForCausalLM embeds ids 0 to {top - 1}'): g_effect(small, 'ga', FORGET, RETAIN)
+        with pytest.raises(ConfigError, match=r'the forget data \(for the reference model\) holds token id'): g_effect(m, 'npo', FORGET, RETAIN, ref=small)
+        with pytest.raises(ConfigError, match='the forget data holds token id'): unlearn(small, 'ga', FORGET, RETAIN, steps=1)
+        with pytest.raises(ConfigError, match='the forget data holds token id'): instance_g_effects(small, 'ga', FORGET, RETAIN)
+        with pytest.raises(ConfigError, match='^data holds token id'): qa_metrics(small, FORGET)
+        with pytest.raises(ConfigError, match='input_ids holds token id'): risk_term(small, FORGET)
+        bad = dict(FORGET, labels=FORGET['labels'].masked_fill(FORGET['labels'] == FORGET['labels'].max(), TOK.vocab_size + 3))
+        with pytest.raises(ConfigError, match=rf"the forget data's labels holds token id\(s\) \[{TOK.vocab_size + 3}\]"): g_effect(m, 'ga', bad, RETAIN)
+        with pytest.raises(ConfigError, match=rf"^data's labels holds token id\(s\) \[{TOK.vocab_size + 3}\], but LlamaForCausalLM embeds"): qa_metrics(m, bad)
+        with pytest.raises(ConfigError, match=rf'labels hold token id\(s\) \[{TOK.vocab_size + 3}\], but LlamaForCausalLM predicts'): risk_term(m, bad)
+        wide = tiny_lm('llama', n_layers=1, d_model=32, vocab_size=TOK.vocab_size + 5, seed=0).double()   # reads the ids, predicts 5 more tokens
+        with pytest.raises(ConfigError, match='KL needs one vocabulary'): g_effect(m, objective('ga', regularizer='kl'), FORGET, RETAIN, ref=wide)
+        with pytest.raises(ConfigError, match='needs a reference model'): retain_term(m, objective('ga', regularizer='kl'), RETAIN)
+
+def test_values_that_meant_something_else_are_typed_errors(untouched):
+    "A NaN weight made every loss NaN, lr=nan made step_check's columns NaN, stop_at=nan never stopped, a NaN or missing column in retain_at went unsaid, and qa_metrics without labels raised a KeyError."
+    m = lm(double=False)
+    with untouched(m):
+        for bad in (float('nan'), -1.0, 'one', True):
+            with pytest.raises(ConfigError, match=r"weight=.*finite number >= 0"): objective('ga', regularizer='gd', weight=bad)
+        assert objective('ga', regularizer='gd', weight=np.float32(0.5)).weight == 0.5 and objective('ga', regularizer='kl', weight=0).weight == 0.0
+        for bad in (float('nan'), 0, float('inf')):
+            with pytest.raises(ConfigError, match=r'lr=.*finite, non-zero step size'): step_check(m, 'ga', FORGET, RETAIN, lr=bad)
+        for bad in (float('nan'), -1e-3, 0.0):
+            with pytest.raises(ConfigError, match=r'lr=.*learning rate > 0'): unlearn(m, 'ga', FORGET, RETAIN, steps=1, lr=bad)
+        with pytest.raises(ConfigError, match=r'stop_at=nan.*or None'): unlearn(m, 'ga', FORGET, RETAIN, steps=1, stop_at=float('nan'))
+        with pytest.raises(ShapeError, match='data has no labels'): qa_metrics(m, {k: v for k, v in FORGET.items() if k != 'labels'})
+        with pytest.raises(ShapeError, match='data is a list'): qa_metrics(m, [1, 2])
+    h = pd.DataFrame(dict(forget_nll=[0.5, 1.0, 3.0], retain_nll=[0.1, 0.5, 1.5]))
+    assert retain_at(h, 2.0) == pytest.approx(1.0)   # by hand: halfway from 1 to 3 nats, halfway from 0.5 to 1.5
+    with pytest.raises(ConfigError, match='no column forget_nll, retain_nll'): retain_at(pd.DataFrame(), 1.0)
+    with pytest.raises(ConfigError, match='forget_nll=nan'): retain_at(h, float('nan'))
+
+def test_qa_tokenizer_and_trainer_name_what_they_were_given():
+    "qa_tokenizer and train_qa_lm given the questions alone (or nothing) raised an AttributeError."
+    for bad in (None, QA.questions):
+        with pytest.raises(ConfigError, match=rf'qa_tokenizer got a {type(bad).__name__}.*AuthorQA'): qa_tokenizer(bad)
+        with pytest.raises(ConfigError, match='author_qa'): train_qa_lm(bad, steps=1, progress=False)

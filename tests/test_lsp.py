@@ -243,6 +243,16 @@ def test_module_and_program_validation():
 def test_read_answer(text, expected):
     assert read_answer(text, ['red', 'blue']) == expected
 
+@pytest.mark.parametrize('options,match', [([], 'no options'), ((), 'no options'), ('red', r"Wrap one option in a list: \['red'\]"), (None, 'not a list'),
+                                           (['red', ''], r"options \['']"), (['red', 3], r"options \[3\]"), (['red', '  '], 'non-empty strings')])
+def test_read_answer_and_ask_refuse_bad_options(options, match):
+    "Issue 51: read_answer(x, []) raised a bare ValueError (max of nothing); a string was read as its letters, an empty option matched every reply."
+    with pytest.raises(ConfigError, match=match): read_answer('red', options)
+    calls = []
+    with pytest.raises(ConfigError, match=match): ask(one_at_a_time(lambda p: calls.append(p) or 'red'), ['x'], 'Q?', options)
+    assert calls == []                                                          # refused before the LLM is asked
+    assert read_answer('Red.', ('red', 'blue')) == 'red' and read_answer('red', iter(['blue', 'red'])) == 'red'   # any iterable of options still works
+
 def test_read_answer_fuzzy_threshold():
     from rapidfuzz import fuzz
     assert fuzz.ratio('bleu', 'blue') < FUZZY_MIN <= fuzz.ratio('bluee', 'blue')
@@ -811,3 +821,67 @@ def test_demo_names_moved_keep_working(name):
     with pytest.warns(FutureWarning, match=f'interpkit.papers.lsp.{name} is now interpkit.demos.lsp.{name}'):
         assert getattr(lsp_module, name) is getattr(demo, name)
     assert name not in lsp_module.__all__
+
+# ---------------------------------------------------------------- issue 51: the same classes, searched for in this module
+
+@pytest.mark.parametrize('template,match', [('{y}', "does not format: KeyError"), ('{x} {0}', 'does not format: IndexError'), ('{x', 'does not format: ValueError'),
+                                            ('{prompt}\nAnswer:', r'has no \{x\} field'), (3, 'is not a text')])
+def test_ask_and_the_cached_executor_refuse_a_template_they_cannot_use(template, match):
+    "A template with another field raised a bare KeyError mid-run; one without {x} asked the LLM the same question for every input."
+    calls = []
+    llm = one_at_a_time(lambda p: calls.append(p) or 'red')
+    with pytest.raises(ConfigError, match=match): ask(llm, ['a', 'b'], 'Q?', ['red'], template=template)
+    with pytest.raises(ConfigError, match=match): CachedExecutor(llm, template)
+    with pytest.raises(ConfigError, match=match): run_program(LSP(Module('Q?', ('red', 'blue'), {'red': 'A', 'blue': 'B'}), ('A', 'B')), ['a'], llm, template=template)
+    assert calls == []
+    assert ask(llm, ['a', 'b'], 'Q?', ['red'], template='[{x}] {prompt}') == ['red', 'red'] and calls == ['[a] Q?', '[b] Q?']   # a template of one's own still works
+
+def test_ask_refuses_a_single_string_of_inputs():
+    "ask(llm, 'abc', ...) asked about 'a', 'b' and 'c'."
+    calls = []
+    llm = one_at_a_time(lambda p: calls.append(p) or 'red')
+    for bad in ('abc', 3):
+        with pytest.raises(ConfigError, match='not a list of inputs.*Wrap one input'): ask(llm, bad, 'Q?', ['red'])
+    assert calls == [] and ask(llm, ('abc',), 'Q?', ['red']) == ['red'] and calls == [EXECUTOR_TEMPLATE.format(x='abc', prompt='Q?')]
+
+def test_leaf_name_and_examples_block_refuse_what_they_would_misread():
+    "leaf_name(1) raised a bare TypeError and leaf_name('red') named '/r/e/d'; examples_block cut the longer of inputs and labels silently."
+    assert leaf_name(()) == '/' and leaf_name(('red', 'small')) == '/red/small' and leaf_name(['red']) == '/red'
+    for bad in (1, 'red', ('red', 2), None):
+        with pytest.raises(ConfigError, match='leaf_name got path=.*tuple of the options'): leaf_name(bad)
+        with pytest.raises(ConfigError, match='node_at got path='): node_at(LSP(Module('Q?', ('red', 'blue'), {'red': 'A', 'blue': 'B'}), ('A', 'B')), bad)
+    assert examples_block(['a ', 'b'], ['x', 'y']) == 'Example: a Label: x\nExample: b Label: y'
+    for xs, ys in ((['a', 'b'], ['x']), (['a'], []), ([], ['x'])):
+        with pytest.raises(ConfigError, match=f'got {len(xs)} inputs and {len(ys)} labels'): examples_block(xs, ys)
+
+def test_demo_tree_baseline_and_describe_refuse_bad_arguments():
+    "tree_baseline(max_depth=0) raised scikit-learn's InvalidParameterError; describe(1) a bare TypeError."
+    task = make_task('easy', 16, 16)
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ConfigError, match=f'max_depth={bad}'): tree_baseline(task, bad)
+    assert 0 <= tree_baseline(task, 1) <= tree_baseline(task, None) <= 1
+    for bad in (1, 'A red thing', None):
+        with pytest.raises(ConfigError, match='describe got'): describe(bad)
+
+@pytest.mark.parametrize('arch', ['llama', 'qwen2'])
+def test_sampling_a_left_padded_batch_under_eager_float64_attention(arch, untouched):
+    "Issue 51: a left-padded batch of a float64 model with eager attention gives NaN scores; HFLLM(do_sample=True) raised torch's bare RuntimeError. Now that batch is sampled prompt by prompt, unpadded."
+    m, t = tiny_lm(arch, d_model=32, seed=1).double(), tiny_tokenizer()
+    assert m.config._attn_implementation == 'eager'
+    ps = ['w1 w2 w3 w4 w5 w6', 'w5', 'w6 w7']
+    with untouched(m, t):
+        hot = HFLLM(m, t, batch_size=3, max_new_tokens=3, do_sample=True)(ps)
+        cold = HFLLM(m, t, batch_size=3, max_new_tokens=3, do_sample=True, temperature=1e-4)(ps)   # a one-hot softmax: the argmax
+    assert len(hot) == 3 and all(isinstance(x, str) and x for x in hot) and HFLLM(m, t, batch_size=3, max_new_tokens=3, do_sample=True)(ps) == hot   # seeded
+    want = []
+    for p in ps:                                                                        # reference: an argmax loop on the unpadded prompt
+        ids = t(p, add_special_tokens=False)['input_ids']; new = []
+        for _ in range(3):
+            with torch.no_grad(): new.append(int(m(torch.tensor([ids + new])).logits[0, -1].argmax()))
+        want.append(t.decode(new, skip_special_tokens=True))
+    assert cold == want
+    def all_nan(mod, args, out): out.logits.fill_(float('nan'))
+    h = m.register_forward_hook(all_nan)
+    try:
+        with pytest.raises(NotFiniteError): HFLLM(m, t, batch_size=1, max_new_tokens=2, do_sample=True)(['w1'])   # NaN even alone: a typed error, never a text
+    finally: h.remove()

@@ -2,11 +2,11 @@
 oversight's scores against a brute-force re-computation (one unpadded prompt at a time), the sweep's per-item table and the
 paper's probability-kept criterion against loops over that re-computation, items checked by an independent parser, typed errors
 (masked LMs, bad sites, bad batches), negative layers, dtypes, the model left untouched."""
-import contextlib, copy, inspect, io, os, random, re
-import pytest, torch
+import contextlib, copy, inspect, io, math, os, random, re
+import pandas as pd, pytest, torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from interpkit.models import tiny_lm, tiny_tokenizer
-from interpkit.errors import ConfigError, ShapeError, SiteError
+from interpkit.errors import ConfigError, NotFiniteError, ShapeError, SiteError
 from interpkit.hooks import resid_post, mlp_out
 from interpkit.models import encode_left
 from interpkit.papers import orion
@@ -991,3 +991,90 @@ def test_loaders_and_trainers_return_named_tuples():
     assert isinstance(load_task_lm(), Shipped) and isinstance(orion_demo.load_injection_lm(), Shipped)
     tr = train_task_lm(2, batch_size=2, progress=False, n_layers=1, d_model=16)
     assert isinstance(tr, Trained) and tr.tokenizer is not None and len(tr.fit.history) == 2
+
+# ---------- issue 51: left padding in float64, other vocabularies
+
+@pytest.mark.parametrize('arch', ['llama', 'qwen2'])
+def test_float64_eager_left_padding_equals_each_prompt_alone(arch, untouched):
+    """Eager attention in float64 gives NaN on rows of padding, and the NaN reaches the real tokens: a padded chunk is run again prompt by
+    prompt, so every logit is the one of the unpadded prompt run alone with hand-written hooks (before: NaN in the padded rows, without a word)."""
+    m = tiny_lm(arch, n_layers=3, seed=3).double()
+    g = torch.Generator().manual_seed(3)
+    rows_a = [torch.randint(0, 120, (n,), generator=g).tolist() for n in (7, 3, 5)]
+    rows_b = [torch.randint(0, 120, (n,), generator=g).tolist() for n in (4, 9, 2)]
+    enc = lambda rows: dict(input_ids=torch.tensor([[0] * (9 - len(r)) + r for r in rows]), attention_mask=torch.tensor([[0] * (9 - len(r)) + [1] * len(r) for r in rows]))
+    sites = [('resid_post', 1), ('attn_out', 0), ('mlp_out', 2)]
+    with untouched(m):
+        r = request_patch(m, enc(rows_a), enc(rows_b), [f'{n}({l})' for n, l in sites], batch_size=2)
+        lg = last_logits(m, enc(rows_b), batch_size=3)
+    torch.testing.assert_close(lg, torch.stack([_forward(m, rb)[0] for rb in rows_b]), atol=1e-9, rtol=1e-7)
+    for i, (ra, rb) in enumerate(zip(rows_a, rows_b)):
+        torch.testing.assert_close(r.src[i], _forward(m, ra)[0], atol=1e-9, rtol=1e-7)
+        torch.testing.assert_close(r.dst[i], _forward(m, rb)[0], atol=1e-9, rtol=1e-7)
+        for s in sites:
+            _, x = _forward(m, ra, s)
+            torch.testing.assert_close(r.patched[f'{s[0]}({s[1]})'][i], _forward(m, rb, s, x)[0], atol=1e-9, rtol=1e-7)
+
+def test_float64_sweep_over_domains_of_several_lengths_matches_float32(task):
+    "The shipped model in float64 sweeps prompts of several lengths (so padded chunks) to the float32 scores; before, it raised NotFiniteError or gave NaN."
+    m, _, tokenizer, _ = task
+    items = make_items('story', 4, seed=3) + make_items('code', 4, seed=3)
+    m64 = copy.deepcopy(m).double()
+    a, b = sweep(m, tokenizer, items, ['resid_post(0)', 'resid_post(1)']), sweep(m64, tokenizer, items, ['resid_post(0)', 'resid_post(1)'])
+    cols = ['acc_r1c1', 'acc_r2c2', 'acc_r1c2', 'p_r1c1', 'p_r2c2', 'p_r1c2', 'p_ref']
+    assert b.scores[cols].to_numpy() == pytest.approx(a.scores[cols].to_numpy(), abs=1e-4)
+    o32, o64 = oversight(m, tokenizer, items, 'resid_post(1)'), oversight(m64, tokenizer, items, 'resid_post(1)')
+    assert o64[['accuracy', 'followed', 'source']].to_numpy() == pytest.approx(o32[['accuracy', 'followed', 'source']].to_numpy())
+
+def test_nan_weights_still_raise():
+    "NaN that is not the padding's (here in the weights) is not hidden by the prompt-by-prompt run: it raises."
+    m = tiny_lm('llama', n_layers=2, seed=0).double()
+    with torch.no_grad(): m.model.layers[0].mlp.down_proj.weight[0, 0] = float('nan')
+    a = batch(3, 6, 0, pad=2)
+    with pytest.raises(NotFiniteError): request_patch(m, a, a, ['resid_post(1)'])
+    with pytest.raises(NotFiniteError): last_logits(m, a)
+
+def test_another_vocabulary_names_the_prompts(untouched):
+    tokenizer = task_tokenizer()
+    m = tiny_lm('llama', n_layers=2, vocab_size=20, seed=0)   # the task tokenizer's ids go up to len(tokenizer) - 1
+    items = make_items('code', 2)
+    enc = encode_left(tokenizer, [prompt(tokenizer, 'code', it.c1, it.r1) for it in items])
+    msg = r'the {} prompts holds token id\(s\) \[\d+.*LlamaForCausalLM embeds ids 0 to 19.*this model.s tokenizer'
+    with untouched(m, tokenizer):
+        for what, call in (('src', lambda: sweep(m, tokenizer, items, ['resid_post(0)'])), ('src', lambda: oversight(m, tokenizer, items, 'resid_post(0)')),
+                           ('batch', lambda: last_logits(m, enc)), ('src', lambda: request_patch(m, enc, enc, ['resid_post(0)'])),
+                           ('src', lambda: same_request_patch(m, tokenizer, items, ['resid_post(0)'])), ('src', lambda: patch_report(m, tokenizer, items[0], 'resid_post(0)'))):
+            with pytest.raises(ConfigError, match=msg.format(what)): call()
+
+def test_top_tokens_and_items_that_meant_something_else(task, untouched):
+    "top_k=0 gave no token, a negative or too large top_k a RuntimeError, NaN logits NaN probabilities, and items that are not `Item`s an AttributeError."
+    m, _, tokenizer, _ = task
+    lg = torch.randn(len(tokenizer), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    got = top_tokens(tokenizer, lg, 4)
+    want = sorted(((tokenizer.decode([i]), math.exp(float(lg[i])) / sum(math.exp(float(x)) for x in lg)) for i in range(len(lg))), key=lambda t: -t[1])[:4]
+    assert [t for t, _ in got] == [t for t, _ in want] and [p for _, p in got] == pytest.approx([p for _, p in want], rel=1e-12)
+    assert len(top_tokens(tokenizer, lg, len(tokenizer))) == len(tokenizer)
+    for bad in (0, -1, len(tokenizer) + 1):
+        with pytest.raises(ConfigError, match=rf'top_k={bad} is not valid.*from 1 to {len(tokenizer)}'): top_tokens(tokenizer, lg, bad)
+    with pytest.raises(NotFiniteError): top_tokens(tokenizer, torch.full_like(lg, float('nan')), 3)
+    items = make_items('code', 2)
+    with untouched(m):
+        with pytest.raises(ConfigError, match='top_k=0'): patch_report(m, tokenizer, items[0], 'resid_post(0)', top_k=0)
+        for call in (lambda its: sweep(m, tokenizer, its, ['resid_post(0)']), lambda its: oversight(m, tokenizer, its, 'resid_post(0)'),
+                     lambda its: same_request_patch(m, tokenizer, its, ['resid_post(0)'])):
+            with pytest.raises(ConfigError, match=r"got items of types \['Item', 'dict'\].*non-empty list of `Item`s"): call([items[0], {'domain': 'code'}])
+            with pytest.raises(ConfigError, match='got a str'): call('code')
+        assert sweep(m, tokenizer, tuple(items), ['resid_post(0)']).base.equals(sweep(m, tokenizer, items, ['resid_post(0)']).base)   # a tuple is a list of items too
+
+def test_results_and_texts_of_the_wrong_type_are_typed_errors():
+    "band_summary, probability_kept and plot_sweep given something else than a SweepResult, and answer_id given a number, raised AttributeError or TypeError."
+    tokenizer = task_tokenizer()
+    sc = pd.DataFrame([dict(domain='code', site='resid_post', layer=0, n=1, acc_r1c1=1., acc_r2c2=1., acc_r1c2=1., p_r1c1=1., p_r2c2=1., p_r1c2=1., p_ref=1.)])
+    for fn in (band_summary, probability_kept, plot_sweep):
+        for bad in (None, sc):
+            with pytest.raises(ConfigError, match=rf'{fn.__name__} got a {type(bad).__name__}.*SweepResult'): fn(bad)
+    assert band_summary(SweepResult(sc, None, [])).layer == 0
+    text = prompt(tokenizer, 'code', (('a', '3'), ('b', '5')), 'b')
+    assert answer_id(tokenizer, text, '5') == _word(tokenizer, '5')   # the independent word lookup
+    for kw, word in ((dict(answer=5), 'answer=5'), (dict(answer=''), 'does not tokenize as a continuation'), (dict(text=None, answer='5'), 'text=None')):
+        with pytest.raises(ConfigError, match=word): answer_id(tokenizer, **{'text': text, **kw})

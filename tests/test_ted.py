@@ -7,7 +7,7 @@ in float64); cosines by numpy; WordNet labels from nltk queries written here (an
 judges by unbatched forwards (the LM judge's ' A' - ' B' logit margins) and by `embed` calls of our own; verification rates
 with fake judges whose answers are known (an oracle, always 'A', the longer text); thresholds at exact values; and bad
 input."""
-import inspect, math
+import inspect, json, math
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import transformers
 from tokenizers import AddedToken, Regex, Tokenizer, models as tk_models, pre_tokenizers
 from interpkit.errors import AssetNotFound, ConfigError, NotFiniteError, ShapeError, SiteError
-from interpkit.models import chat_replies, embed, logits_at, tiny_lm, tiny_tokenizer
+from interpkit.models import chat_replies, embed, encode_left, logits_at, tiny_lm, tiny_tokenizer
 from interpkit.train import assets_dir
 import interpkit.papers.ted as ted
 from tiny_models import unit_scale_lm
@@ -857,8 +857,10 @@ def test_instruction_token_across_the_boundary_and_a_bos_token():
     assert t.convert_ids_to_tokens(ids[start]) == '\n\nEdit'                                         # the token that holds the instruction's 'E'
     char = text.rindex('Edit RESPONSE.')
     assert _instruction_start(t, text, char) == start
-    # without offsets: the number of tokens of the text before the instruction, which ends in '\n\n', one more
-    assert _instruction_start(SlowTok(t), text, char) == _instruction_start(NoFlag(t), text, char) == start + 1
+    # without offsets the text before the instruction, which ends in '\n\n', is tokenized differently on its own, and these wrappers
+    # cannot decode (nor could the word-level tokenizer faithfully): refused, where the count of its tokens was one token off (issue 51)
+    for slow in (SlowTok(t), NoFlag(t)):
+        with pytest.raises(ConfigError, match="cannot be located.*fast tokenizer"): _instruction_start(slow, text, char)
 
 def test_operational_embeddings_with_a_tokenizer_that_adds_bos(untouched):
     t, m = boundary_tokenizer(), model('gpt2', seed=3)
@@ -890,3 +892,112 @@ def test_old_import_paths_of_the_demo_names_warn():
         with pytest.warns(FutureWarning, match=f'ted.{name} is now interpkit.demos.ted.{name}'):
             assert getattr(ted, name) is getattr(ted_demo, name)
     with pytest.raises(AttributeError): ted.no_such_name
+
+
+# ---------------------------------------------------------------- issue 51: slow tokenizers, tokenizers without a chat template
+
+from transformers.models.clvp.tokenization_clvp import ClvpTokenizer
+
+class SlowBPE(ClvpTokenizer):
+    "GPT-2's byte-level BPE in Python (a slow tokenizer: `PythonBackend`, no offsets): CLVP's, without its English normaliser."
+    @property
+    def normalizer(self): return lambda t: t
+
+BPE_SPECIAL = ['<|endoftext|>', '<|im_start|>', '<|im_end|>']
+BPE_CHAT = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+
+def bpe_pair(folder):
+    "A byte-level BPE (GPT-2's and SmolLM2's kind) trained here, as a fast tokenizer and as a slow one built from the same vocabulary and merges."
+    from tokenizers import decoders, trainers
+    tk = Tokenizer(tk_models.BPE())
+    tk.pre_tokenizer, tk.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    corpus = [edit_request(f'Why is it okay to rest {i}?', f'Because rest helps.\n\nReally {i}.', w) for i in range(20) for w in (None, 'witty', 'polite')] * 5
+    corpus += ['Really.\n\n', 'Edit RESPONSE.\n\n '] * 20                    # '\n\n' before a space or the end: the merge 'ĊĊ'
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=BPE_SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token=BPE_SPECIAL[0], bos_token=BPE_SPECIAL[1], eos_token=BPE_SPECIAL[2])
+    mdl = json.loads(tk.to_str())['model']
+    (folder/'vocab.json').write_text(json.dumps(mdl['vocab']))
+    (folder/'merges.txt').write_text('#version: 0.2\n' + ''.join(' '.join(m) + '\n' for m in mdl['merges']))
+    slow = SlowBPE(str(folder/'vocab.json'), str(folder/'merges.txt'), unk_token=BPE_SPECIAL[0], bos_token=BPE_SPECIAL[1], eos_token=BPE_SPECIAL[2], pad_token=BPE_SPECIAL[2])
+    fast.chat_template = slow.chat_template = BPE_CHAT
+    return fast, slow
+
+BPE_DATA = EditOutputs(['Why is it okay to rest?', 'Why nap at noon?', 'Why?'], ['Rest helps.\nReally.', 'Because naps are good ü', 'So.\n\n'], ['x', 'y', 'z'],
+                       {'witty': ['Rest is a gift: take it!', 'Naps, the best!', 'Why not.'], 'polite': ['Please rest.', 'Kindly nap.', '']})
+
+def test_slow_and_fast_tokenizers_find_the_same_instruction_token(tmp_path, untouched):
+    "Issue 51: a slow byte-level BPE counted the tokens of the text before the instruction, which ends in '\\n\\n' (one token 'ĊĊ' alone, 'Ċ' 'Ċ' before 'Edit'): one token early, 0.37 relative error in e_op here."
+    fast, slow = bpe_pair(tmp_path)
+    assert slow.is_fast is False and fast.is_fast is True
+    for q, r in zip(BPE_DATA.queries, BPE_DATA.responses):
+        text = fast.apply_chat_template([{'role': 'user', 'content': edit_request(q, r)}], tokenize=False, add_generation_prompt=True)
+        char = text.rindex('Edit RESPONSE.')
+        ids = fast(text, add_special_tokens=False)['input_ids']
+        assert slow(text, add_special_tokens=False)['input_ids'] == ids                                           # the set-up: one tokenizer, two implementations
+        before = slow(text[:char], add_special_tokens=False)['input_ids']
+        assert slow.convert_ids_to_tokens(before[-1]) == 'ĊĊ' and ids[:len(before)] != before                   # the set-up: the old count is one token early
+        ref = control_ids(fast, q, r)[1]                                                                          # the reference: where the instruction's own tokens occur
+        assert fast.convert_ids_to_tokens(ids[ref - 2:ref + 1]) == ['Ċ', 'Ċ', 'Edit'] and len(before) == ref - 1
+        assert _instruction_start(fast, text, char) == _instruction_start(slow, text, char) == ref
+    m = tiny_lm('llama', d_model=32, vocab_size=len(fast), seed=0)
+    with untouched(m, slow): es = operational_embeddings(m, BPE_DATA, slow, batch_size=2)
+    ef = operational_embeddings(m, BPE_DATA, fast, batch_size=2)
+    assert torch.equal(es.vectors, ef.vectors) and es.counts == ef.counts == [3, 2]
+    want, counts = ref_embeddings(m, fast, BPE_DATA)
+    assert_close_emb(es, want, counts, [3, 2], rtol=1e-4)
+
+def test_ted_refuses_a_tokenizer_without_a_chat_template_before_any_work(untouched):
+    "Issue 51: without a chat template the LM judge failed only when it first judged; TED's prompts are chat turns, so every entry point refuses at once."
+    m, t = tiny_lm('llama', d_model=32), ab_tokenizer()
+    t.chat_template = None
+    calls = []
+    m.register_forward_pre_hook(lambda mod, args: calls.append(1))
+    d = EditOutputs(['w1'], ['w2'], ['w3'], {'a': ['w4']})
+    with untouched(m, t):
+        for f in (lambda: edit_outputs(m, ['w1'], ['a'], t), lambda: edit_outputs(m, ['w1'], ['a'], t, responses=['w2']),
+                  lambda: operational_embeddings(m, d, t), lambda: lm_judge(m, t)):
+            with pytest.raises(ConfigError, match=r"got a \w+ without a chat template.*chat_template"): f()
+    assert calls == []
+
+@pytest.mark.parametrize('arch', ['llama', 'qwen2'])
+def test_left_padding_under_eager_float64_attention_is_done_row_by_row(arch, tok, untouched):
+    "Issue 51: left-padded batches of a float64 model with eager attention give NaN on the padding rows, which reaches the real tokens; e_op and the LM judge raised NotFiniteError. Now such a batch is run again row by row, unpadded."
+    m = tiny_lm(arch, d_model=32, seed=2).double()
+    assert m.config._attn_implementation == 'eager'
+    t = ab_tokenizer()
+    d = EditOutputs(['w1 w2 w3 w4 w5 w6 w7 w8', 'w3', 'w9 w10'], ['w4 w5 w6 w7 w8 w9', 'w6', 'w11'], ['w1', 'w2', 'w3'],
+                    {'a': ['w7 w8', 'w9 w10 w11', 'w12'], 'b': ['w13', '', 'w14 w15']})
+    texts = [chat_text_of(t, edit_request(q, r)) for q, r in zip(d.queries, d.responses)]
+    with pytest.raises(NotFiniteError, match='left-padded'): logits_at(m, encode_left(t, texts), 1)   # the set-up: the padded batch is not finite
+    with untouched(m, t): e = operational_embeddings(m, d, t, batch_size=3)
+    want, counts = ref_embeddings(m, t, d)
+    assert_close_emb(e, want, counts, [3, 2], rtol=1e-6)
+    with torch.no_grad(): alone = torch.stack([m(torch.tensor([t(x, add_special_tokens=False)['input_ids']])).logits[0, -1] for x in texts])
+    got = ted._last_logits(m, t, texts)
+    assert got.dtype == torch.float64 and torch.allclose(got, alone, rtol=0, atol=1e-12)   # a float64 model's logits stay float64 (the judge's margins too)
+    assert ted._last_logits(m.float(), t, texts).dtype == torch.float32
+    m.double()
+    with untouched(m, t): got = lm_judge(m, t, batch_size=3)(d.queries, d.control, d.of('a'), 'w7')
+    assert got == verdicts_of([ref_margin(m, t, q, x, y, 'w7') - ref_margin(m, t, q, y, x, 'w7') for q, x, y in zip(d.queries, d.control, d.of('a'))])
+
+def chat_text_of(t, user): return t.apply_chat_template([{'role': 'user', 'content': user}], tokenize=False, add_generation_prompt=True)
+
+def test_templates_lengths_and_tables_that_would_be_misread_are_refused(untouched):
+    "Issue 51's classes in TED: a judge template with another field raised a bare KeyError at judging time; max_chars=-1 cut each output's last character; responses that are not texts were formatted into the prompts; verify_pairs without w_eval raised a KeyError; NaN embeddings gave NaN cosines."
+    m, t = tiny_lm('llama', d_model=32), ab_tokenizer()
+    for bad, match in (('{x}', 'does not format'), ('This text is nice.', r'has no \{phrase\} field'), (3, 'is not a text')):
+        with pytest.raises(ConfigError, match=match): embedding_judge(template=bad)
+    for bad, match in (('{query} {a} {b}', r'has no \{phrase\} field'), ('{query} {a} {b} {phrase} {c}', 'does not format'), ('{query} {a} {b} {phrase} {', 'does not format')):
+        with pytest.raises(ConfigError, match=match): lm_judge(m, t, template=bad)
+    for kw, match in ((dict(max_chars=0), 'max_chars=0'), (dict(max_chars=-1), 'max_chars=-1'), (dict(prefill=None), 'prefill=None')):
+        with pytest.raises(ConfigError, match=match): lm_judge(m, t, **kw)
+    with untouched(m, t):
+        for kw, match in ((dict(max_chars=-1), 'max_chars=-1'), (dict(max_chars=1.5), 'max_chars=1.5'), (dict(responses=[3]), r"responses holds \['int'\]"), (dict(responses=None, queries=[3]), r"queries holds \['int'\]")):
+            args = dict(queries=['w1'], responses=['w2']) | kw
+            with pytest.raises(ConfigError, match=match): edit_outputs(m, args.pop('queries'), ['w5'], t, **args)
+    d = EditOutputs(['q'], ['r'], ['c'], {'a': ['x']})
+    with pytest.raises(ConfigError, match=r"without \['w_edit', 'w_eval'\]"): verify_pairs(d, pd.DataFrame({'x': [1]}), lambda *a: ['A'])
+    with pytest.raises(ConfigError, match=r"without \['w_edit'\]"): verify_pairs(d, pd.DataFrame({'w_eval': ['a']}), lambda *a: ['A'])
+    v = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0)); v[1, 2, 0] = float('nan')
+    with pytest.raises(NotFiniteError, match='at token 2 has 1 non-finite'): thesaurus(emb_of(v), token=2)
+    assert np.isfinite(thesaurus(emb_of(v), token=0).cosine.to_numpy()).all()    # the other tokens are finite: usable

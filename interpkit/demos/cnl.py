@@ -39,6 +39,7 @@ def _wrapped(name:str, draw, n:int, seed:int, shots:int, template:str) -> Capabi
 # %% ../../nbs/demos/13_cnl.ipynb #49644721
 def _arithmetic(op:str, n:int, seed:int, shots:int, template:str='native') -> Capability:
     fn = {'+': lambda a, b: a + b, '*': lambda a, b: a * b}[op]
+    check_int('shots', shots, least=0, todo="A number of solved examples: use e.g. shots=3.")
     name = 'addition' if op == '+' else 'multiplication'
     if template != 'native':
         def draw(rng, label): a, b = rng.randint(1, 9), rng.randint(1, 9); return f"{a} {op} {b}", str(fn(a, b))
@@ -87,6 +88,7 @@ def sentiment(n:int=40, # Number of reviews (half positive)
         def draw(rng, pos): return _review(rng, pos), 'positive' if pos else 'negative'
         return _wrapped('sentiment', draw, n, seed, shots, template)
     rng = random.Random(seed)
+    check_int('shots', shots, least=0, todo="A number of labelled reviews: use e.g. shots=2.")
     def review(pos): return _review(rng, pos)
     prompts, answers, questions = [], [], []
     for i in range(check_int('n', n, todo='Use e.g. n=40.')):

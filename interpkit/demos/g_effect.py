@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import pandas as pd
 from transformers import PreTrainedTokenizerFast
-from ..errors import check_fraction, check_int
+from ..errors import ConfigError, check_fraction, check_int
 from ..models import encode_queries, word_tokenizer, word_vocab
 from ..results import result
 from ..train import Shipped, Trained, load_tiny_lm, train_tiny_lm
@@ -67,6 +67,7 @@ QA_LM = dict(n_layers=4, d_model=64, n_heads=4, max_len=48)  # the tiny Llama of
 def qa_tokenizer(qa:AuthorQA # From `author_qa`
                 ) -> PreTrainedTokenizerFast:
     "The word-level tokenizer of the questions, answers and `IDK_ANSWERS`: '<pad>', '<s>', '<unk>', then their words in sorted order."
+    if not isinstance(qa, AuthorQA): raise ConfigError(f"qa_tokenizer got a {type(qa).__name__}.", "The `AuthorQA` that `author_qa` returns.", "Pass qa=author_qa(...).")
     return word_tokenizer(word_vocab(qa.questions + qa.answers + IDK_ANSWERS))
 
 def _answer_loss(model, batch:dict):

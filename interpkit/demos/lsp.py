@@ -29,6 +29,7 @@ DIFFICULTIES = {'easy': dict(depth=1, n_labels=2), 'medium': dict(depth=2, n_lab
 def describe(attributes:dict # One value per attribute of `OBJECT_ATTRIBUTES`
             ) -> str:
     "An object as text: 'A small, red, round, striped, wooden object.'"
+    if not isinstance(attributes, dict): raise ConfigError(f"describe got {type(attributes).__name__}.", f"A dict with a value for each of {list(OBJECT_ATTRIBUTES)}.", "E.g. dict(size='small', colour='red', ...).")
     missing = [a for a in OBJECT_ATTRIBUTES if a not in attributes]
     if missing: raise ConfigError(f"No value for {missing}.", f"A value for each of {list(OBJECT_ATTRIBUTES)}.", "E.g. dict(size='small', colour='red', ...).")
     return f"A {', '.join(attributes[a] for a in OBJECT_ATTRIBUTES)} object."
@@ -111,6 +112,7 @@ def tree_baseline(task:Task, # From `make_task`
                  ) -> float:
     "Test accuracy of scikit-learn's decision tree on the true attributes (one-hot): an upper reference for any program."
     from sklearn.tree import DecisionTreeClassifier
+    if max_depth is not None: check_int('max_depth', max_depth, todo='Use e.g. max_depth=3, or None for a tree grown until pure.')
     clf = DecisionTreeClassifier(max_depth=max_depth, random_state=seed).fit(attribute_matrix(task.train), [e.y for e in task.train])
     return float(np.mean(clf.predict(attribute_matrix(task.test)) == np.array([e.y for e in task.test])))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib, copy, math, warnings
 import matplotlib.pyplot as plt, pandas as pd, torch
 from captum.attr import IntegratedGradients
-from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice, check_fraction, check_int, moved, renamed
+from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice, check_fraction, check_int, check_seed, moved, renamed
 from ..hooks import capture, capture_grads, layout, mlp_linears, patch, resid_post, resolve, scale, weight_matrix
 from ..models import check_batch_size, evaluating, iter_batches, logits_at, pad_id, pad_right, resolve_lm, to_model
 from ..results import result
@@ -50,6 +50,9 @@ def _as_dataset(dataset, what:str) -> Capability:
         d = Capability('dataset', list(dataset[0]), list(dataset[1]))
     else: raise ConfigError(f"{what} got {type(dataset).__name__}.", "A `Capability` or a pair (prompts, answers) of lists of strings.", "Build one with e.g. `addition()`, or pass (prompts, answers).")
     if not len(d): raise ConfigError(f"{what} got an empty data set ({d.name!r}).", "At least one prompt with its answer.", "Pass a data set with items.")
+    if len(d.prompts) != len(d.answers): raise ConfigError(f"{what} got {len(d.prompts)} prompts and {len(d.answers)} answers.", "One answer per prompt.", "Pair them up.")
+    bad = sorted({type(x).__name__ for x in [*d.prompts, *d.answers] if not isinstance(x, str)})
+    if bad: raise ConfigError(f"{what} got prompts or answers of type {bad}.", "Prompts and answers as strings.", "Pass texts.")
     return d
 
 def encode_answers(tokenizer, # A `transformers` tokenizer
@@ -256,6 +259,8 @@ def _scores(scores) -> torch.Tensor:
     s = getattr(scores, 'scores', scores)   # `NeuronScores` or a tensor
     if not torch.is_tensor(s) or s.dim() != 3: raise ShapeError(f"scores of shape {tuple(getattr(s, 'shape', ()))}.", "(samples, layers, neurons), as `neuron_attributions` gives.", "Pass its result.")
     if s.shape[0] == 0: raise ConfigError("scores hold no sample.", "At least one sample.", "Attribute a non-empty data set.")
+    if not torch.isfinite(s).all():   # a NaN would rank anywhere in a top set, silently
+        raise NotFiniteError(f"scores hold {int((~torch.isfinite(s)).sum())} NaN or infinite value(s) of {s.numel()}.", "Finite attributions: top sets rank them.", "Check the attributions (the model's dtype, the answers' log-probabilities).")
     return s
 
 @renamed(k='top_k')
@@ -317,7 +322,7 @@ def split_halves(n:int, # Number of samples
                  seed:int=0 # Seed of the shuffle
                 ) -> tuple: # (indices of half A, indices of half B), disjoint, sizes n // 2 and n - n // 2
     "Two disjoint random halves of `n` samples."
-    check_int('n', n, least=2, todo="At least 2 samples to split: use a larger data set.")
+    check_int('n', n, least=2, todo="At least 2 samples to split: use a larger data set."); check_seed(seed)
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
     return sorted(perm[:n // 2]), sorted(perm[n // 2:])
 
@@ -367,12 +372,25 @@ def amplified(model, # A `transformers` model
     sites = _neuron_set(model, neurons)
     with patch(model, {s: scale(1 + (factor - 1) * neurons.mask[i].float()) for i, s in enumerate(sites.values()) if neurons.mask[i].any()}): yield model
 
+def _check_drawable(m:torch.Tensor, layers:list, per_layer:bool):
+    "Raise a `ConfigError` when `m` holds more neurons than are left outside it (in some layer, or in all)."
+    if m.dim() != 2: raise ShapeError(f"A neuron mask of shape {tuple(m.shape)}.", "(layers, neurons), as `Neurons.mask`.", "Pass `Neurons` or a 2-D bool mask.")
+    need, free = (m.sum(1), (~m).sum(1)) if per_layer else (m.sum().view(1), (~m).sum().view(1))
+    over = (need > free).nonzero()[:, 0].tolist()
+    if not over: return
+    total = 'fits' if int(m.sum()) <= int((~m).sum()) else 'does not fit'
+    what = f"layer {layers[over[0]]}: {int(need[over[0]])} of its {m.shape[1]} neurons" if per_layer else f"{int(need[0])} of the {m.numel()} neurons"
+    raise ConfigError(f"random_neurons cannot draw as many neurons, disjoint from the set, as the set holds in {what} (only {int(free[over[0]])} others).",
+                      "A set of at most half the neurons " + ("of every layer (per_layer=True)." if per_layer else "(per_layer=False)."),
+                      "Pass per_layer=False to match only the total." if per_layer and total == 'fits' else "Use a smaller set (e.g. a higher frequency threshold).")
+
 def random_neurons(neurons:Neurons, # A neuron set whose size (per layer) is matched
                    seed:int=0, # Seed of the draw
                    per_layer:bool=True # Match the count of every layer (True) or only the total (False)
                   ) -> Neurons:
-    "Random neurons as many as `neurons` holds, disjoint from them: the control of an enhancement."
-    m = _mask(neurons)
+    "Random neurons as many as `neurons` holds, disjoint from them: the control of an enhancement (a `ConfigError` when too few are left outside them)."
+    m = _mask(neurons); check_seed(seed)
+    _check_drawable(m, list(getattr(neurons, 'layers', range(m.shape[0]))), per_layer)
     g = torch.Generator().manual_seed(seed)
     out = torch.zeros_like(m)
     if per_layer:
@@ -425,6 +443,7 @@ def finetune_neurons(model, # A causal LM (it is copied; the copy is tuned)
     "Fine-tune a copy of `model` on `dataset` (the answers' negative log-likelihood), changing only the parameters of `neurons` (gradient masks)."
     model, tokenizer = resolve_lm(model, tokenizer, 'finetune_neurons')
     d, bs = _as_dataset(dataset, 'finetune_neurons'), check_batch_size(batch_size)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0: raise ConfigError(f"lr={lr!r}.", "A finite positive learning rate.", "Use e.g. lr=1e-3.")
     tuned = copy.deepcopy(model)
     sites = _neuron_set(tuned, neurons)
     flags = [p.requires_grad for p in tuned.parameters()]
@@ -476,6 +495,7 @@ def with_rows(model, # A model of the architecture `rows` came from
              ):
     "A copy of `model` whose neurons' parameters are set from `rows`; `model` is left as it was."
     rows = getattr(rows, 'tensors', rows)
+    if not hasattr(rows, 'items'): raise ConfigError(f"with_rows got rows of type {type(rows).__name__}.", "What `neuron_rows` returned (`NeuronRows`), or its `tensors` dict.", "Pass neuron_rows(model, neurons).")
     out = copy.deepcopy(model)
     params = dict(out.named_parameters())
     index = {int(k.split('.', 1)[1]): v for k, v in rows.items() if k.startswith('index.')}
@@ -520,6 +540,9 @@ def fact_fidelity(facts:list, # One `NeuronScores` per fact, its samples the sam
     return FactFidelity(float(same_f), float(other[:, eye_p].mean()), float(other[:, ~eye_p].mean()), F_, P)
 
 # %% ../../nbs/papers/13_cnl.ipynb #e12682e8
+def _check_tables(scores, what:str):
+    if not isinstance(scores, dict) or not scores: raise ConfigError(f"{what} got scores={scores!r}.", "A dict {data set name: NeuronScores} with at least one entry.", "Pass e.g. {'addition': neuron_attributions(...)}.")
+
 @renamed(k='top_k')
 def overlap_table(scores:dict, # {data set name: `NeuronScores`}
                   top_k:int, # Size of each sample's top set
@@ -527,6 +550,7 @@ def overlap_table(scores:dict, # {data set name: `NeuronScores`}
                   seed:int=0 # Seed of the halves
                  ) -> pd.DataFrame: # One row per data set: neurons, share, halves' rate and IoU, their chance levels
     "How well each data set's commonality neurons replicate on two disjoint halves of it, against chance."
+    _check_tables(scores, 'overlap_table')
     rows = []
     for name, s in scores.items():
         c, o = commonality_neurons(s, top_k, f), halves_overlap(s, top_k, f, seed)
@@ -540,7 +564,7 @@ def across_table(scores:dict, # {data set name: `NeuronScores`}
                  measure:str='iou' # 'iou' or 'rate' (row's set found in the column's)
                 ) -> pd.DataFrame: # Data sets × data sets; the diagonal is 1
     "Overlap between the commonality neurons of every two data sets (located on all their samples)."
-    check_choice('measure', measure, ('iou', 'rate'))
+    check_choice('measure', measure, ('iou', 'rate')); _check_tables(scores, 'across_table')
     sets = {n: commonality_neurons(s, top_k, f) for n, s in scores.items()}
     return pd.DataFrame({b: {a: getattr(overlap(sets[a], sets[b]), measure) for a in sets} for b in sets})[list(sets)]
 

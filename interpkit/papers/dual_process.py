@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import pandas as pd, torch
 import torch.nn.functional as F
 from torch import nn
-from ..errors import ConfigError, ShapeError, check_choice, check_fraction, check_int, moved, renamed
-from ..models import check_batch_size, evaluating, logits_at, logits_of, model_device
+from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_fraction, check_int, moved, renamed
+from ..models import check_batch_size, check_token_ids, evaluating, logits_at, logits_of, model_device, vocab_size
 from ..results import result
 from ..train import FitResult, Trained, fit, seeded
 from ..viz import line_plot
@@ -198,15 +198,23 @@ def masked_logits(model, # A `transformers` masked or causal LM, or any module m
                  ) -> torch.Tensor: # (batch, n, vocab)
     "The logits at the last `n` positions; a `transformers` model's vocabulary projection runs at those positions alone (the core's `logits_at`)."
     ids = torch.as_tensor(input_ids).to(model_device(model))
-    n = check_int('n', n, 1, ids.shape[-1] if ids.dim() else None, todo="Pass how many final positions to score (the task's masked tokens: n=3).")
-    if not callable(getattr(model, 'get_output_embeddings', None)): return logits_of(model(ids))[:, -n:]   # a plain module, called with the ids
-    return logits_at(model, dict(input_ids=ids), n)
+    if ids.dim() != 2: raise ShapeError(f"input_ids of shape {tuple(ids.shape)}.", "Token ids of shape (batch, pos).", "Pass a batch, e.g. `task.sample(n)['input_ids']` (one sequence: ids[None]).")
+    n = check_int('n', n, 1, ids.shape[-1], todo="Pass how many final positions to score (the task's masked tokens: n=3).")
+    check_token_ids(model, ids)
+    if callable(getattr(model, 'get_output_embeddings', None)): return logits_at(model, dict(input_ids=ids), n)
+    try: lg = logits_of(model(ids))[:, -n:]   # a plain module, called with the ids
+    except IndexError as e:   # its embedding cannot look the ids up: it has another vocabulary
+        raise ConfigError(f"{type(model).__name__} failed on token ids up to {int(ids.max())} with IndexError: {e}.", "A model whose vocabulary covers the ids (a task's: 0 to task.n_tokens - 1).",
+                          "Build the model with at least as many tokens as the task (`pos_bert(task)`).") from e
+    if bool((lg.isnan() | lg.isposinf()).any()): raise NotFiniteError(f"{type(model).__name__} returned NaN or inf logits.", "Finite logits: the predictions and accuracies come from them.", "Check the model's weights and dtype.")
+    return lg
 
 def masked_loss(model, # The model being trained
                 batch:dict # input_ids and labels, as `POSTask.sample` makes them
                ) -> torch.Tensor:
     "Mean cross-entropy over the three masked positions, the paper's loss."
-    lg = masked_logits(model, batch['input_ids'], 3)
+    lg, lab = masked_logits(model, batch['input_ids'], 3), batch['labels'][:, -3:]
+    if bool(((lab < 0) | (lab >= lg.shape[-1])).any()): raise ConfigError(f"labels up to {int(lab.max())}, but {type(model).__name__} predicts {lg.shape[-1]} tokens.", "Labels the model can predict.", "Build the model with at least as many tokens as the task (`pos_bert(task)`).")
     return F.cross_entropy(lg.flatten(0, 1).float(), batch['labels'][:, -3:].flatten().to(lg.device))
 
 # %% ../../nbs/papers/01_dual_process.ipynb #f0e991cb
@@ -219,10 +227,13 @@ def predictions(model, # A model of the task
     with evaluating(model), torch.no_grad():
         return torch.cat([masked_logits(model, x, 3).argmax(-1).cpu() for x in torch.as_tensor(input_ids).split(batch_size)])
 
-def hard_accuracy(pred:torch.Tensor, # (n, 3) predicted tokens
-                  target:torch.Tensor # (n, 3) reference tokens
+def hard_accuracy(pred:torch.Tensor, # (n, 3) predicted tokens: a tensor, an array or nested lists
+                  target:torch.Tensor # (n, 3) reference tokens, the same way
                  ) -> float:
     "The share of sequences whose three masked tokens are all right."
+    try: pred = torch.as_tensor(pred); target = torch.as_tensor(target, device=pred.device)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ShapeError(f"pred of type {type(pred).__name__} and target of type {type(target).__name__}: {e}.", "Two (n, 3) tensors or arrays of token ids.", "Pass predictions and labels of the masked positions.") from e
     if pred.shape != target.shape or pred.dim() != 2 or not len(pred):
         raise ShapeError(f"pred {tuple(pred.shape)} and target {tuple(target.shape)}.", "Two (n, 3) tensors, n >= 1.", "Pass predictions and labels of the masked positions.")
     return (pred == target.to(pred.device)).all(1).float().mean().item()
@@ -275,6 +286,9 @@ def evaluate(model, # A model of the task (its vocabulary covers `task.n_tokens`
              seed:int=1 # Seeds the evaluation sets
             ) -> Evaluation:
     "Hard accuracy on each split ('val': the training distribution; 'holdout': structural ICL), and IWL, the agreement with the memorised completion on the switched splits."
+    v = vocab_size(model)
+    if v is not None and v < task.n_tokens:
+        raise ConfigError(f"{type(model).__name__} embeds {v} token ids, but the task uses ids 0 to {task.n_tokens - 1}.", "A model whose vocabulary covers the task's `n_tokens`.", "Build it for this task, e.g. `pos_bert(task)`.")
     out, sets = {}, evaluation_sets(task, n, seed)
     for split in SPLITS:
         pred = predictions(model, sets[split]['input_ids'], batch_size)
@@ -397,7 +411,7 @@ def train_dual_process(model=None, # A model of your own (any `transformers` mas
     pick = lambda given, default: default if given is None else given
     task, steps, batch_size, lr = recipe.task, pick(steps, recipe.steps), check_batch_size(pick(batch_size, recipe.batch_size)), pick(lr, recipe.lr)
     if model is None: model = recipe.build(seed).to(device or 'cpu')
-    vocab = getattr(getattr(model, 'config', None), 'vocab_size', None)
+    vocab = vocab_size(model)
     if vocab is not None and vocab < task.n_tokens:
         raise ShapeError(f"The model has {vocab} tokens.", f"The task uses ids up to {task.n_tokens - 1}.", f"Build it with at least {task.n_tokens} tokens (e.g. `pos_bert(task)`).")
     res = fit(model, lambda step, g: task.sample(batch_size, 'train', g), masked_loss, steps, lr=lr, weight_decay=recipe.weight_decay, seed=seed,
@@ -417,6 +431,7 @@ def run_summary(curves:pd.DataFrame, # Logged metrics, as `curves` gives them
     "The peak of structural ICL (holdout accuracy), the step it was reached, and every metric averaged over the last `last` evaluations."
     check_int('last', last, 1, todo="Average over at least one evaluation.")
     if not len(curves): raise ShapeError("No evaluations in curves.", "At least one row.", "Log evaluations while training (eval_every).")
+    if 'holdout' not in curves.columns: raise ConfigError(f"curves has the columns {list(curves.columns)}, no 'holdout'.", "The metrics `curves` gives (`METRICS`).", "Pass curves(trained.fit).")
     end = curves.iloc[-last:].mean()
     return pd.Series({'peak_holdout': curves['holdout'].max(), 'peak_step': int(curves['holdout'].idxmax()), **end.to_dict()})
 
@@ -429,7 +444,9 @@ def plot_curves(curves:pd.DataFrame, # Logged metrics, as `curves` gives them
                 ax=None # Axes to draw on; None: a new figure
                ):
     "The metrics of a run against the number of training steps."
-    ax = line_plot(curves[list(metrics)], xlabel='step', ylabel='accuracy', title=title, ax=ax)
+    missing = [m for m in ([metrics] if isinstance(metrics, str) else metrics) if m not in curves.columns]
+    if missing: raise ConfigError(f"metrics {missing} are not columns of curves.", f"Columns of curves: {list(curves.columns)}.", "Pick metrics the curves hold, e.g. the default `CURVE_METRICS`.")
+    ax = line_plot(curves[[metrics] if isinstance(metrics, str) else list(metrics)], xlabel='step', ylabel='accuracy', title=title, ax=ax)
     ax.set_ylim(-0.03, 1.03)
     if step is not None: ax.axvline(step, color='gray', ls=':')
     return ax

@@ -4,13 +4,13 @@
 
 # %% ../../nbs/papers/05_g_effect.ipynb #2044c6ee
 from __future__ import annotations
-import copy, math, os, warnings
+import copy, inspect, math, os, warnings
 import matplotlib.pyplot as plt, pandas as pd, torch
 import torch.nn.functional as F
 from torch import nn
 from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_fraction, check_int, moved, renamed
 from ..hooks import layout
-from ..models import check_batch, check_batch_size, check_causal_lm, evaluating, iter_batches, load_lm, logits_of, model_device, to_model
+from ..models import check_batch, check_batch_size, check_causal_lm, check_token_ids, evaluating, iter_batches, load_lm, logits_of, right_align, to_model
 from ..results import DictView, result
 
 # %% auto #0
@@ -34,20 +34,55 @@ def _lm(model):
     "A model object as it is; a short name, hub id or local path loaded with `load_lm` (encode the data with its tokenizer)."
     return load_lm(model)[0] if isinstance(model, (str, os.PathLike)) else model
 
-def _inputs(model, batch:dict) -> dict: return to_model(model, {k: v for k, v in batch.items() if k in ('input_ids', 'attention_mask')})
+def _number(x) -> float:
+    "`x` as a float; NaN for what is not a number (a bool included), so that a range check rejects it."
+    try: return math.nan if isinstance(x, bool) else float(x)
+    except (TypeError, ValueError): return math.nan
 
+def _takes(model, name:str) -> bool:
+    "Whether the model's forward takes the keyword `name`, by name or through `**kwargs`."
+    try: ps = inspect.signature(getattr(model, 'forward', model)).parameters
+    except (TypeError, ValueError): return True
+    return name in ps or any(p.kind is p.VAR_KEYWORD for p in ps.values())
+
+def _check_labels(model, lab:torch.Tensor, width:int):
+    "Raise `ConfigError` unless every label (not -100) is an id the model predicts (0 to `width` - 1)."
+    bad = lab[(lab != -100) & ((lab < 0) | (lab >= width))]
+    if bad.numel(): raise ConfigError(f"labels hold token id(s) {sorted(set(bad.tolist()))[:5]}, but {type(model).__name__} predicts ids 0 to {width - 1}.",
+                                      "Labels from the model's own tokenizer (-100 where no loss).", "Encode the pairs with this model's tokenizer.")
+
+def _forward(model, batch:dict, hidden:bool=False):
+    "The model's output on a batch's input_ids, with attention_mask, position_ids, `use_cache=False` (and `output_hidden_states` if `hidden`) where its forward takes them."
+    ids = check_token_ids(model, batch['input_ids'], 'input_ids')
+    b = {k: batch[k] for k in ('attention_mask', 'position_ids') if batch.get(k) is not None and _takes(model, k)}
+    m = batch.get('attention_mask')
+    if m is not None and 'attention_mask' not in b and not bool((m != 0).all()):
+        raise ConfigError(f"The batch is padded, but {type(model).__name__}.forward takes no attention_mask.", "A model whose forward takes attention_mask, or rows of one length without padding.",
+                          "Add an attention_mask argument to the forward, or pass rows of one length.")
+    kw = dict(use_cache=False) if _takes(model, 'use_cache') else {}
+    if hidden:
+        if not _takes(model, 'output_hidden_states'): raise ConfigError(f"{type(model).__name__}.forward takes no output_hidden_states.", "RMU reads a hidden state: a `transformers` causal LM.", "Use another objective with this model.")
+        kw['output_hidden_states'] = True
+    return model(**to_model(model, dict(input_ids=ids, **b)), **kw)
+
+# %% ../../nbs/papers/05_g_effect.ipynb #235a93c9
 def answer_logprobs(model, # A causal LM
-                    batch:dict, # input_ids, attention_mask, labels (-100 where no loss), e.g. from `encode_queries`
+                    batch:dict, # input_ids, attention_mask, labels (-100 where no loss), e.g. from `encode_queries`; left padding is moved to the right
                     hidden:int|None=None # Also return `hidden_states[hidden]` (0 = the embeddings)
                    ) -> tuple: # (log p of each label (B, T-1) in float32 or wider, 0 where unlabelled; mask of labelled positions; hidden state or None)
     "Log-probabilities of the labelled tokens, upcast only at those positions."
-    out = model(**_inputs(model, batch), output_hidden_states=hidden is not None, use_cache=False)
+    batch = right_align(batch)
+    out = _forward(model, batch, hidden=hidden is not None)
     logits = logits_of(out)[:, :-1]
     lab, m = (t.to(logits.device) for t in _labelled(batch))
+    _check_labels(model, lab, logits.shape[-1])
     sel = _up(logits[m])
     lp = torch.zeros(lab.shape, device=logits.device, dtype=sel.dtype)
     lp[m] = sel.log_softmax(-1).gather(-1, lab[m][:, None])[:, 0]
-    return lp, m, (out.hidden_states[hidden] if hidden is not None else None)
+    if hidden is None: return lp, m, None
+    hs = getattr(out, 'hidden_states', None)
+    if hs is None: raise ConfigError(f"{type(model).__name__} returned no hidden_states.", "RMU reads a hidden state: a model that returns `hidden_states` when asked.", "Use another objective with this model.")
+    return lp, m, hs[hidden]
 
 def risk_term(model, # A causal LM
               batch:dict # A batch with labels
@@ -98,6 +133,8 @@ def objective(name:str|Objective='ga', # A key of `OBJECTIVES`, or an `Objective
         if not math.isfinite(float(v)): raise ConfigError(f"{k}={v!r}.", "A finite number.", "Use the default.")
         hp[k] = float(v)
     if hp.get('beta', 1.0) < 0 or (name == 'npo' and hp['beta'] == 0): raise ConfigError(f"beta={hp['beta']} for {name.upper()}.", "beta >= 0 (> 0 for NPO, whose loss divides by it).", "Use the default.")
+    if not (math.isfinite(_number(weight)) and _number(weight) >= 0):
+        raise ConfigError(f"weight={weight!r}.", "The regulariser's weight: a finite number >= 0.", "Use e.g. weight=1.0.")
     if layer is not None and name != 'rmu': raise ConfigError(f"layer={layer!r} was given to {name.upper()}.", "Only RMU takes a layer.", "Leave layer out.")
     return Objective(name, hp.get('beta'), hp.get('alpha'), layer, hp.get('c'), regularizer, float(weight), seed)
 
@@ -112,7 +149,8 @@ def _control(obj:Objective, d:int, device) -> torch.Tensor:
     return (obj.c * torch.rand(d, generator=torch.Generator().manual_seed(obj.seed))).to(device)
 
 def _rmu_layer(obj:Objective, model) -> int:
-    n = model.config.num_hidden_layers
+    n = getattr(getattr(model, 'config', None), 'num_hidden_layers', None)
+    if not isinstance(n, int): raise ConfigError(f"RMU got a {type(model).__name__}, which has no config.num_hidden_layers.", "RMU pushes a hidden state chosen by its index: a `transformers` causal LM.", "Use another objective with this model.")
     layer = n // 2 if obj.layer is None else obj.layer
     if not -n - 1 <= layer <= n: raise ConfigError(f"layer={layer} for RMU.", f"An index into hidden_states: -{n + 1}..{n} (0 = the embeddings).", f"Use e.g. layer={n // 2}.")
     return layer
@@ -162,11 +200,14 @@ def retain_term(model, # The model being unlearned
     "The regulariser on a batch of retain data: GD's NLL of the answers, or KL(p_ref ‖ p) at every real position."
     model, obj = _model_first(model, objective, 'retain_term')
     if obj.regularizer == 'gd': return risk_term(model, batch)
-    b = _inputs(model, batch)
-    mask = b.get('attention_mask', torch.ones_like(b['input_ids'])).bool()
-    logp = _up(logits_of(model(**b, use_cache=False))[mask]).log_softmax(-1)
-    with torch.no_grad(), evaluating(ref):
-        logq = _up(logits_of(ref(**to_model(ref, b), use_cache=False))[mask.to(model_device(ref))]).log_softmax(-1).to(logp)
+    if ref is None: raise ConfigError(f"{obj.label} needs a reference model.", "The original model, before unlearning.", "Pass ref=.")
+    b = right_align(batch)
+    mask = b['attention_mask'].bool() if b.get('attention_mask') is not None else torch.ones_like(b['input_ids'], dtype=torch.bool)
+    lp = logits_of(_forward(model, b))
+    with torch.no_grad(), evaluating(ref): lq = logits_of(_forward(ref, b))
+    if lq.shape[-1] != lp.shape[-1]: raise ConfigError(f"The reference model predicts {lq.shape[-1]} tokens, {type(model).__name__} {lp.shape[-1]}.", "KL needs one vocabulary for both.", "Pass the model before unlearning as ref=.")
+    logp = _up(lp[mask.to(lp.device)]).log_softmax(-1)
+    logq = _up(lq[mask.to(lq.device)]).log_softmax(-1).to(logp)
     return F.kl_div(logp, logq, log_target=True, reduction='sum'), int(mask.sum())
 
 # %% ../../nbs/papers/05_g_effect.ipynb #8a460768
@@ -226,9 +267,15 @@ def _coefs(n:int, smoothing:float|None) -> list:
 
 def _tokens(batch:dict) -> int: return int(_labelled(batch)[1].sum())
 
-def _check_data(name:str, data):
-    "Raise unless `data` is a batch with input_ids and labels, at least one row and one labelled token (`check_batch`)."
+def _check_data(name:str, data, model=None, ref=None) -> dict:
+    "`data` right-aligned (`right_align`), after checking that it is a batch with labels, a row and a labelled token (`check_batch`), of ids `model` and `ref` embed."
     check_batch(data, name, need_labels=True, todo=f"Encode the {name} pairs with encode_queries(tokenizer, questions, answers).")
+    for m, whose in ((model, ''), (ref if ref is not model else None, ' (for the reference model)')):
+        if m is None: continue
+        what = name if name.endswith('data') else f"the {name} data"
+        check_token_ids(m, data['input_ids'], f"{what}{whose}")
+        check_token_ids(m, data['labels'][data['labels'] != -100], f"{what}'s labels{whose}")
+    return right_align(data)
 
 def _weighted(data:dict, batch_size:int, smoothing, count) -> list:
     "(batch, weight) such that sum of weight * (batch's sum) is the mean over the data, or its moving average."
@@ -254,7 +301,7 @@ def _objective_terms(obj:Objective, model, forget:dict, retain:dict, ref, idk) -
     "(data, batch -> (sum, count), batch -> count, weight) for the objective's forget part and its regulariser."
     if obj.name == 'idk':
         if idk is None: raise ConfigError("IDK needs the forget questions paired with 'I don't know' answers.", "idk=encode_queries(tokenizer, forget_questions, idk_answers).", "Pass idk=.")
-        _check_data('idk', idk)
+        idk = _check_data('idk', idk, model)
     count = (lambda b: len(b['input_ids'])) if obj.name == 'npo' else _tokens   # sequences for NPO; labelled next tokens for the others, RMU included
     terms = [(idk if obj.name == 'idk' else forget, lambda b: forget_term(model, obj, b, ref), count, 1.0)]
     if obj.regularizer == 'kl': terms.append((retain, lambda b: retain_term(model, obj, b, ref), lambda b: int(b.get('attention_mask', torch.ones_like(b['input_ids'])).sum()), obj.weight))
@@ -290,8 +337,9 @@ def g_effect(model, # A causal LM (its trainable parameters are the ones measure
     model = _lm(model)
     check_causal_lm(model, 'g_effect'); check_batch_size(batch_size)
     obj = _resolve(objective)
-    _check_data('forget', forget); _check_data('retain', retain)
     ref = model if ref is None else ref
+    rf = ref if obj.needs_ref else None
+    forget, retain = _check_data('forget', forget, model, rf), _check_data('retain', retain, model, rf)
     params = _params(model); names = [n for n, _ in params]
     grp = param_groups(model, groups)
     with evaluating(model):
@@ -319,11 +367,12 @@ def instance_g_effects(model, # A causal LM
     model = _lm(model)
     check_causal_lm(model, 'instance_g_effects'); check_batch_size(batch_size)
     obj = _resolve(objective)
-    _check_data('forget', forget); _check_data('retain', retain)
-    if obj.name == 'idk':
-        _objective_terms(obj, model, forget, retain, ref, idk)
-        if len(idk['input_ids']) != len(forget['input_ids']): raise ShapeError(f"idk has {len(idk['input_ids'])} rows, forget {len(forget['input_ids'])}.", "One IDK answer per forget question, in the same order.", "Pair them up.")
     ref = model if ref is None else ref
+    rf = ref if obj.needs_ref else None
+    forget, retain = _check_data('forget', forget, model, rf), _check_data('retain', retain, model, rf)
+    if obj.name == 'idk':
+        _objective_terms(obj, model, forget, retain, ref, idk); idk = _check_data('idk', idk, model)
+        if len(idk['input_ids']) != len(forget['input_ids']): raise ShapeError(f"idk has {len(idk['input_ids'])} rows, forget {len(forget['input_ids'])}.", "One IDK answer per forget question, in the same order.", "Pair them up.")
     params = _params(model)
     rows = []
     with evaluating(model):
@@ -345,11 +394,12 @@ def qa_metrics(model, # A causal LM
               ) -> pd.Series: # nll: mean NLL of the labelled tokens; acc: the fraction of them that are the argmax
     "Mean answer NLL (the risk R) and token accuracy."
     model = _lm(model); check_batch_size(batch_size)
-    nll = hit = n = 0.0
+    data, nll, hit, n = _check_data('data', data, model), 0.0, 0.0, 0
     with evaluating(model):
         for b in iter_batches(data, batch_size):
-            logits = logits_of(model(**_inputs(model, b), use_cache=False))[:, :-1]
+            logits = logits_of(_forward(model, b))[:, :-1]
             lab, m = (t.to(logits.device) for t in _labelled(b))
+            _check_labels(model, lab, logits.shape[-1])
             sel = _up(logits[m])
             nll += float(F.cross_entropy(sel, lab[m], reduction='sum')); hit += float((sel.argmax(-1) == lab[m]).sum()); n += int(m.sum())
     if not n: raise ConfigError("qa_metrics got no labelled tokens.", "A batch with labels != -100.", "Check the data.")
@@ -366,8 +416,10 @@ def step_check(model, # A causal LM
               ) -> pd.DataFrame: # Per risk: g_effect, predicted (-lr * g_effect), actual change of the mean NLL
     "Does the G-effect predict what one step does? One plain step of size `lr` on a copy of the model."
     model = _lm(model)
+    if not (math.isfinite(_number(lr)) and _number(lr) != 0): raise ConfigError(f"lr={lr!r}.", "A finite, non-zero step size.", "Use e.g. lr=1e-3.")
     ge = g_effect(model, objective, forget, retain, ref=ref, idk=idk, batch_size=batch_size)
     obj, work = _resolve(objective), copy.deepcopy(model)
+    forget, retain, idk = (None if d is None else right_align(d) for d in (forget, retain, idk))
     params = _params(work)
     with evaluating(work):
         g, _ = _grads(params, _objective_terms(obj, work, forget, retain, model if ref is None else ref, idk), batch_size, None)
@@ -431,8 +483,11 @@ def unlearn(model, # A causal LM: the reference, left as it is (unless inplace)
     model = _lm(model)
     check_causal_lm(model, 'unlearn'); check_batch_size(batch_size); check_choice('optimizer', optimizer, OPTIMIZERS)
     obj = _resolve(objective)
-    _check_data('forget', forget); _check_data('retain', retain)
+    forget, retain = _check_data('forget', forget, model), _check_data('retain', retain, model)
     _objective_terms(obj, model, forget, retain, model, idk)
+    if obj.name == 'idk': idk = _check_data('idk', idk, model)
+    if not (math.isfinite(_number(lr)) and _number(lr) > 0): raise ConfigError(f"lr={lr!r}.", "A finite learning rate > 0.", "Use e.g. lr=1e-3.")
+    if stop_at is not None and not math.isfinite(_number(stop_at)): raise ConfigError(f"stop_at={stop_at!r}.", "A finite forget NLL, or None (run every step).", "Use e.g. stop_at=3.0.")
     check_int('steps', steps, 0, todo="Use e.g. steps=30."); check_int('measure_every', measure_every, 1, todo="Use e.g. measure_every=1.")
     if g_effect_every is not None: check_int('g_effect_every', g_effect_every, 1, todo="Use e.g. g_effect_every=5, or None for none.")
     ref = copy.deepcopy(model) if inplace and obj.needs_ref else model
@@ -464,6 +519,9 @@ def retain_at(history:pd.DataFrame, # `Unlearning.history`
               forget_nll:float # The amount of forgetting to compare at
              ) -> float: # NaN if the run never got there
     "Retain NLL when the forget NLL first reaches `forget_nll`, interpolated linearly between checkpoints."
+    miss = [c for c in ('forget_nll', 'retain_nll') if c not in getattr(history, 'columns', ())]
+    if miss: raise ConfigError(f"history has no column {', '.join(miss)}.", "`Unlearning.history`: forget_nll and retain_nll per checkpoint.", "Pass run.history of a run of `unlearn`.")
+    if not math.isfinite(_number(forget_nll)): raise ConfigError(f"forget_nll={forget_nll!r}.", "A finite amount of forgetting (a forget NLL).", "Use e.g. forget_nll=1.0.")
     f, r = history['forget_nll'].to_numpy(), history['retain_nll'].to_numpy()
     if len(f) and f[0] >= forget_nll: return float(r[0])
     for i in range(1, len(f)):

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 import numpy as np, pandas as pd, torch
 from rapidfuzz import fuzz
-from ..errors import ConfigError, InterpkitError, NotFiniteError, check_finite, check_int, moved
+from ..errors import ConfigError, InterpkitError, NotFiniteError, check_finite, check_int, check_template, moved
 from ..models import check_batch_size, chat_text, evaluating, generate_greedy, iter_batches, logits_at, pad_id, pad_left, resolve_lm, to_model
 from ..results import result
 from ..train import seeded
@@ -90,16 +90,21 @@ class LSP:
     def __str__(self): return print_program(self)
 
 # %% ../../nbs/papers/06_lsp.ipynb #44e7fe7e
+def _check_path(path, what:str) -> tuple:
+    if isinstance(path, str) or not isinstance(path, (tuple, list)) or not all(isinstance(o, str) for o in path):
+        raise ConfigError(f"{what} got path={path!r}.", "A tuple of the options taken from the root, e.g. ('red', 'small'); () for the root.", "Pass a tuple of option strings.")
+    return tuple(path)
+
 def leaf_name(path:tuple # Options taken from the root
              ) -> str:
     "A leaf's name: '/' for the root, '/red/small' for the leaf reached by answering 'red', then 'small'."
-    return '/' + '/'.join(path)
+    return '/' + '/'.join(_check_path(path, 'leaf_name'))
 
 def node_at(program:LSP, # A program
             path:tuple # Options taken from the root
            ):
     "The module or label reached by following `path`."
-    node = program.root
+    node, path = program.root, _check_path(path, 'node_at')
     for i, o in enumerate(path):
         if not isinstance(node, Module) or o not in node.branches:
             raise ProgramError(f"No node at {leaf_name(path)}: {leaf_name(path[:i])} has {'no branch ' + repr(o) if isinstance(node, Module) else 'no module'}.",
@@ -185,10 +190,21 @@ def parse_program(text:str # What `print_program` wrote (blank lines and surroun
 # %% ../../nbs/papers/06_lsp.ipynb #1e5485e1
 FUZZY_MIN = 80  # smallest rapidfuzz ratio at which a reply's first line is read as an option
 
+def _check_options(options, what:str) -> list:
+    "`options` as a list of non-empty strings; a `ConfigError` that says what is wrong otherwise."
+    if isinstance(options, str) or not hasattr(options, '__iter__'):
+        raise ConfigError(f"{what} got options={options!r}, not a list of options.", "A list of the valid outputs (non-empty strings), e.g. ['red', 'blue'].", f"Wrap one option in a list: [{options!r}].")
+    out = list(options)
+    if not out: raise ConfigError(f"{what} got no options (options={options!r}).", "At least one valid output, e.g. ['red', 'blue'].", "Pass the module's options.")
+    bad = [o for o in out if not isinstance(o, str) or not o.strip()]
+    if bad: raise ConfigError(f"{what} got the options {bad[:3]!r}.", "Options are non-empty strings.", "Drop or rename them.")
+    return out
+
 def read_answer(text:str, # An LLM's reply
                 options # The valid outputs
                ) -> str|None: # The option, or None (the LLM abstained)
     "The option a reply gives: the first option found as a whole word (case-insensitive), else the option closest to the reply's first line if its rapidfuzz ratio is at least `FUZZY_MIN`, else None."
+    options = _check_options(options, 'read_answer')
     if not isinstance(text, str): return None
     low = text.lower()
     hits = [(m.start(), -len(o), o) for o in options if (m := re.search(rf'(?<!\w){re.escape(o.lower())}(?!\w)', low))]
@@ -214,6 +230,10 @@ def one_at_a_time(fn # A function prompt -> text
     if not callable(fn): raise ConfigError(f"one_at_a_time got a {type(fn).__name__}.", "A function prompt -> text.", "Pass e.g. lambda p: my_api(p).")
     return lambda prompts: [fn(p) for p in prompts]
 
+def _check_template(template) -> str:
+    "The executor template, if it formats with fields {x} (the input) and {prompt} (the instruction) only and shows the input; a `ConfigError` otherwise."
+    return check_template('the executor template', template, ('x', 'prompt'), shown=('x',), todo=f"E.g. {EXECUTOR_TEMPLATE!r}.")
+
 def ask(llm, # Executor: a callable list of prompts -> list of texts; its `choose(prompts, options, batch_size)` is used where it has one
         xs:list, # Inputs as text
         prompt:str, # The module's instruction
@@ -223,6 +243,8 @@ def ask(llm, # Executor: a callable list of prompts -> list of texts; its `choos
        ) -> list: # One option per input, or None where the reply gave no option
     "LLM(x, s) for every x: the module's output, read from the LLM's reply (or chosen among `options` by an LLM that can score them)."
     check_batch_size(batch_size)
+    options, template = _check_options(options, 'ask'), _check_template(template)
+    if isinstance(xs, str) or not hasattr(xs, '__iter__'): raise ConfigError(f"ask got xs={xs!r:.60}, not a list of inputs.", "A list of inputs as text.", "Wrap one input in a list: [x].")
     if not (callable(llm) or callable(getattr(llm, 'choose', None))):
         raise ConfigError(f"The executor is a {type(llm).__name__}.", "A callable list of prompts -> list of texts (or an object with `choose`), e.g. `HFLLM()`.", "Pass an LLM callable.")
     prompts = [template.format(x=x, prompt=prompt) for x in xs]
@@ -244,7 +266,7 @@ class CachedExecutor:
         if reference is not None and not callable(getattr(llm, 'option_scores', None)):
             raise ConfigError(f"reference inputs given, but {type(llm).__name__} has no `option_scores`.", "Batch calibration needs an LLM that scores options, e.g. `HFLLM`.", "Pass reference=None.")
         if reference is not None and (isinstance(reference, str) or not len(reference)): raise ConfigError("reference is empty or a single string.", "A list of inputs (e.g. the training inputs).", "Pass reference=None or a list.")
-        self.llm, self.template, self.reference, self.memory, self.asked = llm, template, None if reference is None else list(reference), {}, 0
+        self.llm, self.template, self.reference, self.memory, self.asked = llm, _check_template(template), None if reference is None else list(reference), {}, 0
 
     def _fill(self, xs, prompt, options, batch_size, get):
         key = lambda x: (x, prompt, tuple(options))
@@ -307,14 +329,24 @@ def run_program(program, # An `LSP`, or its printout
 def _ids(tokenizer, text:str) -> list: return tokenizer(text, add_special_tokens=False)['input_ids']
 
 def _sampled(model, tokenizer, texts:list, max_new_tokens:int, batch_size:int, temperature:float, seed:int) -> list:
-    "Sampled continuations of `texts` in left-padded batches, drawn from `seed` afresh (the caller's random state is left alone); the model's generation config is restored."
-    saved, out = model.generation_config.to_dict(), []
+    "Sampled continuations of `texts` in left-padded batches, drawn from `seed` afresh (the caller's random state is left alone); a batch whose logits are not finite (left padding under eager attention in float64) is sampled prompt by prompt, unpadded; the model's generation config is restored."
+    saved, out, pad = model.generation_config.to_dict(), [], pad_id(tokenizer)
+    def draw(rows):
+        enc = to_model(model, pad_left(rows, pad, position_ids=False))
+        g = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad, do_sample=True, temperature=temperature)
+        return tokenizer.batch_decode(g[:, enc['input_ids'].shape[1]:], skip_special_tokens=True)
     try:
         with evaluating(model), torch.no_grad(), seeded(seed):
             for chunk in iter_batches(texts, batch_size):
-                enc = to_model(model, pad_left([_ids(tokenizer, t) for t in chunk], pad_id(tokenizer), position_ids=False))
-                g = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=pad_id(tokenizer), do_sample=True, temperature=temperature)
-                out += tokenizer.batch_decode(g[:, enc['input_ids'].shape[1]:], skip_special_tokens=True)
+                rows = [_ids(tokenizer, t) for t in chunk]
+                try: out += draw(rows)
+                except RuntimeError:   # torch's sampler refuses NaN probabilities
+                    try: logits_at(model, to_model(model, pad_left(rows, pad)), 1)   # NotFiniteError (typed) where the prompts' logits are not finite
+                    except NotFiniteError:
+                        if len(rows) == 1: raise
+                        out += [t for r in rows for t in draw([r])]
+                        continue
+                    raise
     finally: model.generation_config = type(model.generation_config).from_dict(saved)
     return out
 
@@ -451,6 +483,7 @@ def examples_block(xs:list, # Inputs as text
                    ys:list # Their labels
                   ) -> str:
     "The examples as the learner reads them: 'Example: <x> Label: <y>' lines."
+    if len(xs) != len(ys): raise ConfigError(f"examples_block got {len(xs)} inputs and {len(ys)} labels.", "One label per input.", "Pass as many labels as inputs.")
     return '\n'.join(f"Example: {x.rstrip()} Label: {y}" for x, y in zip(xs, ys))
 
 # %% ../../nbs/papers/06_lsp.ipynb #fded03c2

@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 import pandas as pd, torch
-from ..errors import ConfigError, ShapeError, check_choice, check_fraction, check_int, moved, renamed
+from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_fraction, check_int, moved, renamed
 from ..hooks import Site, as_site, capture, layout, patch, resolve
-from ..models import (chat_text, check_batch, check_batch_size, check_causal_lm, encode_left, evaluating, iter_batches, logits_at, logits_of,
+from ..models import (chat_text, check_batch, check_batch_size, check_causal_lm, check_token_ids, encode_left, evaluating, iter_batches, logits_at, logits_of,
                               prefix_step, to_model)
 from ..results import result
 from ..viz import line_plot
@@ -106,6 +106,8 @@ def answer_id(tokenizer, # A tokenizer
               answer:str # The attribute
              ) -> int:
     "The id of the first token of `answer` as it follows `text`."
+    for name, v in (('text', text), ('answer', answer)):
+        if not isinstance(v, str): raise ConfigError(f"{name}={v!r}.", f"The {'prompt' if name == 'text' else 'attribute'} as a string.", "Pass the texts, e.g. answer_id(tokenizer, prompt(...), item.answer(r, c)).")
     sp = '' if text.endswith(' ') else ' '
     base, full = (tokenizer(s, add_special_tokens=False)['input_ids'] for s in (text, text + sp + answer))
     if full[:len(base)] != base or len(full) == len(base):
@@ -113,9 +115,10 @@ def answer_id(tokenizer, # A tokenizer
     return full[len(base)]
 
 # %% ../../nbs/papers/16_orion.ipynb #80782eb0
-def _prompts(batch, name):
-    "`batch` checked as left-padded prompts (input_ids of length >= 2, each row ending on a real token): a dict of input_ids, attention_mask and position_ids (made when missing)."
+def _prompts(batch, name, model=None):
+    "`batch` checked as left-padded prompts (input_ids of length >= 2, each row ending on a real token, ids that `model` embeds): a dict of input_ids, attention_mask and position_ids (made when missing)."
     b = check_batch(batch, name, min_len=2, left_padded=True, complete=True, todo="Encode the prompts with `encode_left(tokenizer, prompts)`.")
+    if model is not None: check_token_ids(model, b['input_ids'], f"the {name} prompts")
     return {k: b[k] for k in ('input_ids', 'attention_mask', 'position_ids')}
 
 def _trim(batch):
@@ -132,18 +135,35 @@ def _chunks(batch, batch_size):
         yield slice(i, i + n), _trim(b)
         i += n
 
+def _finite(lg):
+    "`lg` if it holds no NaN or +inf; `NotFiniteError` otherwise."
+    if bool((lg.isnan() | lg.isposinf()).any()): raise NotFiniteError(f"{int((lg.isnan() | lg.isposinf()).sum())} NaN or inf logits.", "Finite logits.", "Check the model's weights and dtype.")
+    return lg
+
+def _padded(b): return not bool((b['attention_mask'] != 0).all())
+def _alone(b, i): return {k: v[i:i + 1, b['attention_mask'][i] != 0] for k, v in b.items()}   # row i by itself, without its padding
+
+def _start(model, sites, s, d):
+    "(source logits, its last-position activations at `sites`, the destination's `prefix_step`, its logits) of a chunk of prompt pairs; `NotFiniteError` on NaN."
+    s, d = to_model(model, s), to_model(model, d)
+    with capture(model, sites, positions=-1) as cache: lg = logits_at(model, s, -1)
+    step = prefix_step(model, d['input_ids'], d['attention_mask'], d['position_ids'])
+    return lg, cache, step, _finite(logits_of(step())[:, -1])
+
 def _each_run(model, src, dst, sites, batch_size, take):
     "Request-patch in chunks of `batch_size` prompt pairs; `take(key, rows, logits)` gets each run's last-position logits, key 'src', 'dst' or the index of a site."
     with evaluating(model), torch.no_grad():
         for (rows, s), (_, d) in zip(_chunks(src, batch_size), _chunks(dst, batch_size)):
-            s, d = to_model(model, s), to_model(model, d)
-            with capture(model, sites, positions=-1) as cache: lg = logits_at(model, s, -1)
-            take('src', rows, lg)
-            step = prefix_step(model, d['input_ids'], d['attention_mask'], d['position_ids'])
-            take('dst', rows, logits_of(step())[:, -1])
+            try: parts = [_start(model, sites, s, d)]
+            except NotFiniteError:   # eager attention in float64 gives NaN on rows of padding, and it reaches the real tokens: each pair alone, unpadded
+                if not (_padded(s) or _padded(d)): raise
+                parts = [_start(model, sites, _alone(s, i), _alone(d, i)) for i in range(len(s['input_ids']))]
+            take('src', rows, torch.cat([q[0] for q in parts])); take('dst', rows, torch.cat([q[3] for q in parts]))
             for j, site in enumerate(sites):
-                with patch(model, {site: cache[site]}, positions=-1): lg = logits_of(step())[:, -1]
-                take(j, rows, lg)
+                lg = []
+                for _, cache, step, _ in parts:
+                    with patch(model, {site: cache[site]}, positions=-1): lg.append(_finite(logits_of(step())[:, -1]))
+                take(j, rows, torch.cat(lg))
 
 def _as_sites(sites): return [sites] if isinstance(sites, (Site, str)) else list(sites)
 
@@ -165,7 +185,7 @@ def request_patch(model, # A causal LM
     "Next-token logits of `dst` with the last position's activation at each of `sites` taken from `src`; the model is left as it was."
     check_causal_lm(model, 'request_patch')
     check_batch_size(batch_size)
-    src, dst = _prompts(src, 'src'), _prompts(dst, 'dst')
+    src, dst = _prompts(src, 'src', model), _prompts(dst, 'dst', model)
     if src['input_ids'].shape[0] != dst['input_ids'].shape[0]:
         raise ShapeError(f"src has {src['input_ids'].shape[0]} prompts, dst {dst['input_ids'].shape[0]}.", "One source prompt per destination prompt.", "Pair them up.")
     sites = _as_sites(sites)
@@ -184,10 +204,23 @@ def _answers(tokenizer, texts, its, task):
     "Ids of the answer to `task` for each item, as the token that follows each of `texts` (on the CPU)."
     return torch.tensor([answer_id(tokenizer, t, it.answer(*_TASKS[task](it))) for t, it in zip(texts, its)], dtype=torch.long)
 
+def _check_items(items, what:str, todo:str) -> list:
+    "`items` as a list if it is a non-empty list of `Item`s; `ConfigError` naming what it holds otherwise."
+    its = list(items) if isinstance(items, (list, tuple)) else None
+    if not its or not all(isinstance(it, Item) for it in its):
+        got = 'no items' if its == [] else f"a {type(items).__name__}" if its is None else f"items of types {sorted({type(it).__name__ for it in its})}"
+        raise ConfigError(f"{what} got {got}.", "A non-empty list of `Item`s.", todo)
+    return its
+
 def _each_last(model, batch, batch_size, take):
     "`take(rows, logits)` for the last-position logits of each chunk of `batch_size` rows of `batch`."
     with evaluating(model), torch.no_grad():
-        for rows, b in _chunks(batch, batch_size): take(rows, logits_at(model, to_model(model, b), -1))
+        for rows, b in _chunks(batch, batch_size):
+            try: lg = logits_at(model, to_model(model, b), -1)
+            except NotFiniteError:   # NaN from the padding (eager attention in float64): each row alone, unpadded
+                if not _padded(b): raise
+                lg = torch.cat([logits_at(model, to_model(model, _alone(b, i)), -1) for i in range(len(b['input_ids']))])
+            take(rows, lg)
 
 def last_logits(model, # A causal LM
                 batch:dict, # input_ids (attention_mask, position_ids), e.g. from `encode_left`
@@ -197,7 +230,7 @@ def last_logits(model, # A causal LM
     check_causal_lm(model, 'last_logits')
     check_batch_size(batch_size)
     out = []
-    _each_last(model, _prompts(batch, 'batch'), batch_size, lambda rows, lg: out.append(lg))
+    _each_last(model, _prompts(batch, 'batch', model), batch_size, lambda rows, lg: out.append(lg))
     return torch.cat(out)
 
 def _probs(logits):
@@ -235,7 +268,7 @@ def sweep(model, # A causal LM
     "Request-patch `items` at each of `sites`; score top-1 accuracy and probability of $R_1(C_2)$, $R_1(C_1)$ and $R_2(C_2)$."
     check_causal_lm(model, 'sweep')
     check_batch_size(batch_size)
-    if not items: raise ConfigError("sweep got no items.", "A non-empty list of `Item`s.", "Make some with `make_items`.")
+    items = _check_items(items, 'sweep', "Make some with `make_items`.")
     labels = list(dict.fromkeys(_site_label(model, s) for s in _as_sites(sites)))
     src, dst, ref = (_texts(tokenizer, items, t) for t in ('r1c1', 'r2c2', 'r1c2'))
     ans = {'r1c1': _answers(tokenizer, src, items, 'r1c1'), 'r2c2': _answers(tokenizer, dst, items, 'r2c2'), 'r1c2': _answers(tokenizer, dst, items, 'r1c2')}
@@ -247,9 +280,9 @@ def sweep(model, # A causal LM
         if key == 'ref': prob['ref', 'r1c2'][rows] = _p(lg, ref_ans[rows]).cpu().double()
         elif key not in ('src', 'dst'):
             for a in ans: prob[key, a][rows] = _p(lg, ans[a][rows]).cpu().double()
-    _each_run(model, _prompts(encode_left(tokenizer, src), 'src'), _prompts(encode_left(tokenizer, dst), 'dst'),
+    _each_run(model, _prompts(encode_left(tokenizer, src), 'src', model), _prompts(encode_left(tokenizer, dst), 'dst', model),
               [Site(name, layer) for name, layer in labels], batch_size, take)
-    _each_last(model, _prompts(encode_left(tokenizer, ref), 'ref'), batch_size, lambda rows, lg: take('ref', rows, lg))
+    _each_last(model, _prompts(encode_left(tokenizer, ref), 'ref', model), batch_size, lambda rows, lg: take('ref', rows, lg))
     ok = {'r1c1': top['src'] == ans['r1c1'], 'r2c2': top['dst'] == ans['r2c2'], 'r1c2': top['ref'] == ref_ans}
     good = ok['r1c1'] & ok['r2c2'] & ok['r1c2']
     p_ref = prob['ref', 'r1c2']
@@ -280,12 +313,17 @@ class Band:
     by_layer:pd.DataFrame # Per layer, means over domains: acc_r1c2, p_r1c2, p_ref, acc_r1c1, acc_r2c2
     per_domain:pd.DataFrame # At `layer`, per domain: n, acc_r1c2, p_r1c2, p_ref, and kept = p_r1c2 / p_ref
 
+def _sweep_result(res, what:str):
+    "`res` if it is a `SweepResult`; `ConfigError` naming what was given otherwise."
+    if not isinstance(res, SweepResult): raise ConfigError(f"{what} got a {type(res).__name__}.", "The `SweepResult` that `sweep` returns.", "Pass res = sweep(model, tokenizer, items, sites).")
+    return res
+
 def band_summary(res:SweepResult, # Output of `sweep`
                  site:str='resid_post', # A site name of `res.scores.site` with layers
                  layers=None # Layers the best one is chosen from, e.g. `range(n_layers - 1)` to leave out the output layer; None: all
                 ) -> Band:
     "The best layer of a sweep for $R_1(C_2)$ (mean over domains of the survivors' accuracy), each layer's means, and each domain's numbers at that layer."
-    sc = res.scores
+    sc = _sweep_result(res, 'band_summary').scores
     check_choice('site', site, sorted(sc.site.unique()))
     sc = sc[(sc.site == site) & sc.layer.notna()]
     if sc.empty: raise ConfigError(f"Site {site!r} of the sweep has no layer.", "band_summary reads canonical sites against their layer.", "Sweep canonical sites such as resid_post(3).")
@@ -313,7 +351,7 @@ def probability_kept(res:SweepResult, # Output of `sweep`
                      keep_correct:bool=True # Survivors only, as `sweep`'s scores; False: every item, as the official code
                     ) -> Kept:
     "Per domain and layer of `site`: mean patched probability of $R_1(C_2)$ over its mean on the reference prompt; per domain, the layer that keeps most and whether it keeps `threshold`."
-    if res.per_item is None: raise ConfigError("This SweepResult has no per-item table.", "probability_kept reads `per_item`, which `sweep` fills.", "Pass the output of `sweep`.")
+    if _sweep_result(res, 'probability_kept').per_item is None: raise ConfigError("This SweepResult has no per-item table.", "probability_kept reads `per_item`, which `sweep` fills.", "Pass the output of `sweep`.")
     check_fraction('threshold', threshold, zero=False, todo="Use e.g. 0.7, the paper's.")
     pi = res.per_item
     check_choice('site', site, sorted(pi.site.unique()))
@@ -343,7 +381,7 @@ def same_request_patch(model, # A causal LM
     "The control of request-patching: patch from $(R_2, C_1)$ into $(R_2, C_2)$; per site and domain, the top-1 rates of $R_2(C_2)$, $R_1(C_2)$ and $R_2(C_1)$."
     check_causal_lm(model, 'same_request_patch')
     check_batch_size(batch_size)
-    if not items: raise ConfigError("same_request_patch got no items.", "A non-empty list of `Item`s.", "Use e.g. the survivors of `sweep`.")
+    items = _check_items(items, 'same_request_patch', "Use e.g. the survivors of `sweep`.")
     labels = list(dict.fromkeys(_site_label(model, s) for s in _as_sites(sites)))
     src = [prompt(tokenizer, it.domain, it.c1, it.r2) for it in items]
     dst = _texts(tokenizer, items, 'r2c2')
@@ -351,7 +389,7 @@ def same_request_patch(model, # A causal LM
     top = {j: torch.zeros(len(items), dtype=torch.long) for j in range(len(labels))}
     def take(key, rows, lg):
         if key not in ('src', 'dst'): top[key][rows] = lg.argmax(-1).cpu()
-    _each_run(model, _prompts(encode_left(tokenizer, src), 'src'), _prompts(encode_left(tokenizer, dst), 'dst'),
+    _each_run(model, _prompts(encode_left(tokenizer, src), 'src', model), _prompts(encode_left(tokenizer, dst), 'dst', model),
               [Site(name, layer) for name, layer in labels], batch_size, take)
     dom, rows = pd.Series([it.domain for it in items]), []
     for j, (name, layer) in enumerate(labels):
@@ -401,11 +439,11 @@ def oversight(model, # A causal LM
     "Accuracy on prompts with an injected line, before and after patching `site` from the trusted prompt $(R_1, C_1)$."
     check_causal_lm(model, 'oversight')
     check_batch_size(batch_size)
-    if not items: raise ConfigError("oversight got no items.", "A non-empty list of `Item`s.", "Use e.g. the survivors of `sweep`.")
+    items = _check_items(items, 'oversight', "Use e.g. the survivors of `sweep`.")
     for kd in kinds: check_choice('kind', kd, INJECTIONS)
     resolve(model, site)
     src_texts = _texts(tokenizer, items, 'r1c1')
-    src, dom, rows = _prompts(encode_left(tokenizer, src_texts), 'src'), pd.Series([it.domain for it in items]), []
+    src, dom, rows = _prompts(encode_left(tokenizer, src_texts), 'src', model), pd.Series([it.domain for it in items]), []
     src_ans = _answers(tokenizer, src_texts, items, 'r1c1')
     for kd in kinds:
         texts, target = _injected_prompts(tokenizer, items, kd, seed)
@@ -413,7 +451,7 @@ def oversight(model, # A causal LM
         bad = torch.tensor([answer_id(tokenizer, t, x) for t, x in zip(texts, target)], dtype=torch.long)
         top = {k: torch.zeros(len(items), dtype=torch.long) for k in ('src', 'dst', 0)}
         def take(key, rows_, lg): top[key][rows_] = lg.argmax(-1).cpu()
-        _each_run(model, src, _prompts(encode_left(tokenizer, texts), 'dst'), [site], batch_size, take)
+        _each_run(model, src, _prompts(encode_left(tokenizer, texts), 'dst', model), [site], batch_size, take)
         for when, t in (('before', top['dst']), ('after', top[0])):
             for d in dom.unique():
                 k = torch.tensor((dom == d).values)
@@ -430,7 +468,8 @@ def top_tokens(tokenizer, # A tokenizer
     "The `top_k` most probable next tokens and their probabilities (softmax in float32 at least)."
     if not torch.is_tensor(logits) or logits.dim() != 1:
         raise ShapeError(f"top_tokens got {'logits of shape ' + str(tuple(logits.shape)) if torch.is_tensor(logits) else type(logits).__name__}.", "One position's logits, shape (vocab,).", "Pass e.g. `last_logits(model, batch)[0]`.")
-    v, i = _probs(logits).topk(top_k)
+    top_k = check_int('top_k', top_k, 1, logits.shape[-1], todo="Ask for e.g. top_k=5 tokens.")
+    v, i = _probs(_finite(logits)).topk(top_k)
     return [(tokenizer.decode([j]), x) for j, x in zip(i.tolist(), v.tolist())]
 
 @result
@@ -478,7 +517,7 @@ def plot_sweep(res:SweepResult, # Output of `sweep`
                site:str='resid_post' # A site name of `res.scores.site` with layers: 'resid_post', 'attn_out', 'mlp_out', ...
               ):
     "Accuracy of $R_1(C_2)$, $R_1(C_1)$ and $R_2(C_2)$ against the patched layer."
-    sc = res.scores
+    sc = _sweep_result(res, 'plot_sweep').scores
     check_choice('domain', domain, sorted(sc.domain.unique())); check_choice('site', site, sorted(sc.site.unique()))
     d = sc[(sc.domain == domain) & (sc.site == site)]
     if d.layer.isna().all(): raise ConfigError(f"Site {site!r} of the sweep has no layer.", "plot_sweep draws canonical sites against their layer.", "Sweep canonical sites such as resid_post(3).")

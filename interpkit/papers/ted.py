@@ -7,7 +7,7 @@ from __future__ import annotations
 import random, warnings
 import pandas as pd, torch
 import torch.nn.functional as F
-from ..errors import AssetNotFound, ConfigError, NotFiniteError, SiteError, check_choice, check_finite, check_int, closest, moved, renamed, require_extra
+from ..errors import AssetNotFound, ConfigError, NotFiniteError, SiteError, check_choice, check_finite, check_int, check_template, closest, moved, renamed, require_extra
 from ..hooks import capture_grads
 from ..models import chat_replies, chat_text, check_batch_size, embed, encode_left, evaluating, logits_at, mask_positions, resolve_lm, to_model
 from ..results import result
@@ -76,6 +76,12 @@ class EditOutputs:
         pick = lambda xs: [xs[j] for j in qs]
         return EditOutputs(pick(self.queries), pick(self.responses), pick(self.control), {w: pick(self.of(w)) for w in phrases})
 
+def _check_chat(tokenizer, what:str):
+    "Raise a `ConfigError` if `tokenizer` has no chat template: TED's prompts are chat turns (checked before any work)."
+    if getattr(tokenizer, 'chat_template', None) is None:
+        raise ConfigError(f"{what} got a {type(tokenizer).__name__} without a chat template.", "TED's prompts are user turns of a chat model: a tokenizer with a `chat_template` (an instruct model's).",
+                          "Use an instruct model and its tokenizer, or set `tokenizer.chat_template`.")
+
 def edit_outputs(model, # A causal chat LM, or its short name, hub id or path
                  queries:list[str], # User questions q
                  phrases:list[str], # Phrases w to edit for
@@ -89,8 +95,12 @@ def edit_outputs(model, # A causal chat LM, or its short name, hub id or path
     "Greedy answers to `queries`, then the model's edits of each answer for the control instruction and for every phrase; the model is left as it was."
     phrases = check_phrases(phrases)
     if isinstance(queries, str) or not len(queries): raise ConfigError("edit_outputs got no list of queries.", "A non-empty list of questions.", "Pass at least one question.")
+    check_int('max_chars', max_chars, todo='Use e.g. max_chars=10_000.')
     model, tokenizer = resolve_lm(model, tokenizer, 'edit_outputs')
+    _check_chat(tokenizer, 'edit_outputs')
     queries = list(queries)
+    for name, xs in (('queries', queries), ('responses', responses or [])):
+        if not all(isinstance(x, str) for x in xs): raise ConfigError(f"{name} holds {sorted({type(x).__name__ for x in xs if not isinstance(x, str)})}.", f"{name} as strings.", "Pass texts.")
     if responses is None: responses = chat_replies(model, tokenizer, queries, response_tokens, batch_size)
     elif len(responses) != len(queries): raise ConfigError(f"{len(responses)} responses for {len(queries)} queries.", "One response per query.", "Pass as many responses as queries, or None.")
     run = lambda w: [o[:max_chars] for o in chat_replies(model, tokenizer, [edit_request(q, r, w) for q, r in zip(queries, responses)], max_new_tokens, batch_size)]
@@ -121,11 +131,24 @@ def _embedding_path(model) -> str:
     return path
 
 def _instruction_start(tokenizer, text:str, char:int) -> int:
-    "The index of the token of `text` that holds character `char` (offsets where the tokenizer gives them, else the length of the prefix)."
+    "The index of the token of `text` that holds character `char`: from the offsets of a fast tokenizer; for a slow one, from the text before `char` where the whole text's tokens start with its tokens, else from the lengths of decoded prefixes."
     if getattr(tokenizer, 'is_fast', False):
         offs = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)['offset_mapping']
         return next(i for i, (a, b) in enumerate(offs) if b > char)
-    return len(tokenizer(text[:char], add_special_tokens=False)['input_ids'])
+    ids, before = (tokenizer(t, add_special_tokens=False)['input_ids'] for t in (text, text[:char]))
+    if ids[:len(before)] == before: return len(before)   # the text before `char` is tokenized as in the whole text
+    decoded = lambda n: tokenizer.decode(ids[:n], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    try: faithful = decoded(len(ids)) == text
+    except (AttributeError, TypeError): faithful = False
+    if not faithful:
+        raise ConfigError(f"{type(tokenizer).__name__} is a slow tokenizer (no offsets) that tokenizes the text before the instruction differently on its own, and its `decode` does not give the text back: "
+                          "the instruction's first token cannot be located.", "A fast tokenizer (it gives offsets), or a slow one whose `decode` returns the text.", "Load the model's fast tokenizer (`transformers`' default).")
+    lo, hi = 0, len(ids) - 1   # the first token whose decoded prefix runs past `char`, as the offsets give it
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(decoded(mid + 1)) > char: hi = mid
+        else: lo = mid + 1
+    return lo
 
 def _control_prompts(tokenizer, data:EditOutputs) -> list[tuple]:
     "For each query: (token ids of the control prompt under the chat template, index of its instruction's first token)."
@@ -138,7 +161,7 @@ def _control_prompts(tokenizer, data:EditOutputs) -> list[tuple]:
 
 # %% ../../nbs/papers/08_ted.ipynb #25b12ce4
 def _gradients(model, path:str, prompts:list, targets:list, n_keep:int) -> torch.Tensor:
-    "∇ of each row's mean token loss of its target, w.r.t. the input embeddings at its instruction's first `n_keep` tokens: (rows, n_keep, d)."
+    "∇ of each row's mean token loss of its target, w.r.t. the input embeddings at its instruction's first `n_keep` tokens: (rows, n_keep, d); row by row, unpadded, where the padded batch is not finite."
     P, L = max(len(p) for p, _ in prompts), max(map(len, targets))
     ids = torch.zeros((len(prompts), P + L), dtype=torch.long)  # id 0 on the padding: the attention mask hides it
     mask, labels = torch.zeros_like(ids), torch.full((len(prompts), L), -100)
@@ -147,15 +170,21 @@ def _gradients(model, path:str, prompts:list, targets:list, n_keep:int) -> torch
         mask[b, P - len(p):P + len(t)] = 1
         labels[b, :len(t)] = torch.tensor(t)
     inputs = to_model(model, dict(input_ids=ids, attention_mask=mask, position_ids=mask_positions(mask)))
-    with capture_grads(model, path) as cache:
-        lg = logits_at(model, inputs, torch.arange(P - 1, P + L - 1)).float()  # the positions that predict the output
-        lab = labels.to(lg.device)
-        nll = F.cross_entropy(lg.flatten(0, 1), lab.flatten(), ignore_index=-100, reduction='none').view(lab.shape)
-        loss = (nll.sum(1) / (lab != -100).sum(1)).sum()  # rows do not interact: one backward gives every row's gradient
-        cache.backward(loss)
+    alone = lambda: torch.cat([_gradients(model, path, [p], [t], n_keep) for p, t in zip(prompts, targets)])   # no padding, no row that attends to nothing
+    try:
+        with capture_grads(model, path) as cache:
+            lg = logits_at(model, inputs, torch.arange(P - 1, P + L - 1)).float()  # the positions that predict the output
+            lab = labels.to(lg.device)
+            nll = F.cross_entropy(lg.flatten(0, 1), lab.flatten(), ignore_index=-100, reduction='none').view(lab.shape)
+            loss = (nll.sum(1) / (lab != -100).sum(1)).sum()  # rows do not interact: one backward gives every row's gradient
+            cache.backward(loss)
+    except NotFiniteError:   # left padding under eager attention in float64: NaN from the padding rows
+        if len(prompts) > 1: return alone()
+        raise
     g = cache.grads[path]
     starts = [P - len(p) + s for p, s in prompts]
-    return torch.stack([g[b, s:s + n_keep] for b, s in enumerate(starts)]).float().cpu()
+    out = torch.stack([g[b, s:s + n_keep] for b, s in enumerate(starts)]).float().cpu()
+    return out if len(prompts) == 1 or torch.isfinite(out).all() else alone()
 
 # %% ../../nbs/papers/08_ted.ipynb #9c2710ca
 def operational_embeddings(model, # A causal LM, or its short name, hub id or path (the one that made `data`)
@@ -170,6 +199,7 @@ def operational_embeddings(model, # A causal LM, or its short name, hub id or pa
     check_int('n_keep', n_keep, todo="Use n_keep=4 (the official code's).")
     phrases = data.phrases if phrases is None else check_phrases(phrases)
     model, tokenizer = resolve_lm(model, tokenizer, 'operational_embeddings')
+    _check_chat(tokenizer, 'operational_embeddings')
     path = _embedding_path(model)
     prompts = _control_prompts(tokenizer, data)
     short = [j for j, (p, s) in enumerate(prompts) if s + n_keep > len(p)]
@@ -229,7 +259,7 @@ def thesaurus(emb:OperationalEmbeddings, # From `operational_embeddings`
     "The cosine similarities of the phrases' operational embeddings at instruction token `token`."
     n = emb.vectors.shape[1]
     if isinstance(token, bool) or not isinstance(token, int) or not -n <= token < n: raise ConfigError(f"token={token!r}.", f"An index of the {n} kept tokens.", "Use token=0.")
-    v = F.normalize(emb.vectors[:, token].double(), dim=-1)
+    v = F.normalize(check_finite(f"The operational embeddings at token {token}", emb.vectors[:, token]).double(), dim=-1)
     if (emb.vectors[:, token].norm(dim=-1) == 0).any(): raise NotFiniteError("A phrase's operational embedding is zero: its cosine is undefined.", "Non-zero gradients.", "Check the outputs of that phrase.")
     c = (v @ v.T).clamp(-1, 1)
     return Thesaurus(list(emb.phrases), pd.DataFrame(c.numpy(), index=list(emb.phrases), columns=list(emb.phrases)))
@@ -351,13 +381,17 @@ def candidates(labelled:pd.DataFrame, # Pairs with `cosine` and `label`
 # %% ../../nbs/papers/08_ted.ipynb #932c3a61
 ATTRIBUTE_TEMPLATE = "This text is {phrase}."
 
+def _check_fields(template, fields:tuple, what:str) -> str:
+    "`template` if it formats with exactly `fields` and shows each of them; a `ConfigError` otherwise."
+    return check_template(what, template, fields, todo='Add the missing field; escape other braces as {{ and }}.')
+
 def embedding_judge(model=None, # A sentence encoder or its name; None: all-MiniLM-L6-v2
                     tokenizer=None, # Its tokenizer (needed with a model object)
                     template:str=ATTRIBUTE_TEMPLATE, # The description of the attribute each text is compared with
                     batch_size:int=32 # Texts per forward pass
                    ):
     "A judge that picks the text whose embedding is closer to '<template with the phrase>' (ties: no verdict); texts are embedded once."
-    check_batch_size(batch_size)
+    check_batch_size(batch_size); _check_fields(template, ('phrase',), 'template')
     cache = {}
     def vectors(texts):
         new = [t for t in dict.fromkeys(texts) if t not in cache]
@@ -374,6 +408,14 @@ def embedding_judge(model=None, # A sentence encoder or its name; None: all-Mini
 JUDGE_TEMPLATE = ("QUESTION: {query}\n\nRESPONSE A: {a}\n\nRESPONSE B: {b}\n\n"
                   "Which response, A or B, is more {phrase}? Reply with the letter only.")
 
+def _last_logits(model, tokenizer, texts:list) -> torch.Tensor:
+    "(texts, vocab), float32 or a float64 model's float64: the logits after each text, in one left-padded batch; text by text, unpadded, where the batch's logits are not finite (eager attention in float64)."
+    try: lg = logits_at(model, to_model(model, encode_left(tokenizer, texts)), 1)[:, -1]
+    except NotFiniteError:
+        if len(texts) == 1: raise
+        return torch.cat([_last_logits(model, tokenizer, [t]) for t in texts])
+    return lg if lg.dtype == torch.float64 else lg.float()
+
 def lm_judge(model, # A causal chat LM, or its short name, hub id or path
              tokenizer=None, # Its tokenizer (needed with a model object)
              template:str=JUDGE_TEMPLATE, # The question; fields query, a, b, phrase
@@ -383,8 +425,11 @@ def lm_judge(model, # A causal chat LM, or its short name, hub id or path
              batch_size:int=8 # Prompts per forward pass
             ):
     "A pairwise judge: the margin of the logits of ' A' over ' B' after `prefill` (both orders when `both_orders`); the model is left as it was."
-    check_batch_size(batch_size)
+    check_batch_size(batch_size); _check_fields(template, ('query', 'a', 'b', 'phrase'), 'template')
+    check_int('max_chars', max_chars, todo='Use e.g. max_chars=1500.')
+    if not isinstance(prefill, str): raise ConfigError(f"prefill={prefill!r}.", "A text put at the start of the reply ('' for none).", "E.g. prefill='THE ANSWER IS:'.")
     model, tokenizer = resolve_lm(model, tokenizer, 'lm_judge')
+    _check_chat(tokenizer, 'lm_judge')
     letters = [tokenizer(f" {c}", add_special_tokens=False)['input_ids'][-1] for c in 'AB']
     if letters[0] == letters[1]: raise ConfigError(f"{type(tokenizer).__name__} gives ' A' and ' B' the same last token ({letters[0]}).", "A tokenizer that tells the two letters apart.", "Use the judge model's own tokenizer.")
     def margins(queries, a, b, phrase):
@@ -392,7 +437,7 @@ def lm_judge(model, # A causal chat LM, or its short name, hub id or path
         out = []
         with evaluating(model), torch.no_grad():
             for k in range(0, len(texts), batch_size):
-                lg = logits_at(model, to_model(model, encode_left(tokenizer, texts[k:k + batch_size])), 1)[:, -1].float()
+                lg = _last_logits(model, tokenizer, texts[k:k + batch_size])
                 out += (lg[:, letters[0]] - lg[:, letters[1]]).tolist()
         return out
     def judge(queries:list, a:list, b:list, phrase:str) -> list:
@@ -441,6 +486,8 @@ def verify_pairs(data:EditOutputs, # Held-out outputs
                  seed:int=0 # As for `verify`
                 ) -> pd.DataFrame:
     "`pairs` with each pair's verification `rate` and `n_valid`."
+    missing = {'w_eval', 'w_edit'} - set(getattr(pairs, 'columns', ()))
+    if missing: raise ConfigError(f"verify_pairs got pairs without {sorted(missing)}.", "A DataFrame with columns w_eval and w_edit.", "Pass e.g. candidates(...) or random_pairs(...).")
     vs = [verify(data, a, b, judge, seed) for a, b in zip(pairs['w_eval'], pairs['w_edit'])]
     return pairs.assign(rate=[v.rate for v in vs], n_valid=[v.n_valid for v in vs])
 

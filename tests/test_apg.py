@@ -259,3 +259,14 @@ def test_momentum_at_every_evaluation_on_heun_as_the_notebook_says():
     # the numbers quoted there, rounded to two digits (±0.005), plus 4 of the 2,560 pixels (0.0016) for round-off on other CPUs: measured 0.3703,
     # 0.4848 and 0.2469 alike with AVX-512, AVX2 and no vector instructions and with 1 or 2 threads (APG's is 0.6 pixel from rounding up)
     assert clipped == pytest.approx({'cfg': 0.37, 'apg': 0.48, 'apg0': 0.25}, abs=0.005 + 4 / 2560)
+
+
+def test_nan_predictions_and_integer_images_are_refused():
+    "Issue 51's classes in APG: NaN predictions flowed through the guidance, and uint8 pixels were read as values in [-1, 1] (saturation 0 for a black image)."
+    from interpkit.errors import ConfigError, NotFiniteError
+    from interpkit.papers.apg import apg, image_stats
+    g = torch.Generator().manual_seed(0)
+    c, u = torch.randn(2, 1, 4, 4, generator=g), torch.randn(2, 1, 4, 4, generator=g)
+    c[1, 0, 2, 2] = float('nan')
+    with pytest.raises(NotFiniteError, match='^cond has 1 non-finite'): apg(c, u, 2.0)
+    with pytest.raises(ConfigError, match='torch.uint8 tensor'): image_stats(torch.zeros(2, 1, 4, 4, dtype=torch.uint8))

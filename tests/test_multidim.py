@@ -989,3 +989,12 @@ def test_renamed_arguments_still_work_with_a_warning():
     assert {str(x.message).split(':')[1].split(';')[0].strip() for x in w} >= {'the argument k= is now called top_k=', 'the argument heldout_frac= is now called test_frac='}
     new = train_lm_sae(m, ct, top_k=2, test_frac=0.1, **kw)
     assert all(torch.equal(u, v) for u, v in zip(old.model.state_dict().values(), new.model.state_dict().values()))
+
+
+def test_nan_coordinates_and_zero_directions_are_refused():
+    "Issue 51's classes in multidim: a NaN coordinate fell in the first bin (mutual information 1 bit from two points), a zero direction had angular similarity 0.5 to everything."
+    from interpkit.errors import ConfigError, NotFiniteError
+    from interpkit.papers.multidim import mutual_info_2d, angular_similarity
+    with pytest.raises(NotFiniteError, match='^a has 1 non-finite'): mutual_info_2d(torch.tensor([1., float('nan')]), torch.tensor([1., 2.]))
+    with pytest.raises(ConfigError, match='1 zero row'): angular_similarity(torch.tensor([[1., 0.], [0., 0.]]))
+    np.testing.assert_allclose(angular_similarity(torch.tensor([[1., 0.], [0., 2.], [-3., 0.]])), [[1, .5, 0], [.5, 1, .5], [0, .5, 1]], atol=1e-12)

@@ -25,6 +25,7 @@ def _check_pair(cond, uncond):
     if cond.shape != uncond.shape or cond.ndim < 1:
         raise ShapeError(f"cond has shape {tuple(cond.shape)}, uncond {tuple(uncond.shape)}.", "They must have one shape (N, ...), N samples first.",
                          "Run the model on the same inputs with and without the condition.")
+    check_finite('cond', cond); check_finite('uncond', uncond)
 
 def cfg(cond:torch.Tensor, # Conditional prediction (N, ...)
         uncond:torch.Tensor, # Unconditional prediction, same shape
@@ -124,6 +125,7 @@ def image_stats(x:torch.Tensor, # Samples (N, ...) in the value range [-1, 1] (n
                 batch_size:int=256 # Images per forward pass of the classifier
                ) -> ImageStats:
     "Saturation statistics of grey images in [-1, 1], and class accuracy judged by a classifier."
+    if not (torch.is_tensor(x) and x.is_floating_point()): raise ConfigError(f"image_stats got {'a ' + str(x.dtype) + ' tensor' if torch.is_tensor(x) else type(x).__name__}.", "Float samples in the value range [-1, 1] (integer pixels 0..255 would read as saturated).", "Scale them: x.float() / 127.5 - 1.")
     check_finite('samples', x); check_batch_size(batch_size)
     xc = x.float().clamp(-1, 1)   # statistics in float32 also for bfloat16 samples
     stats = dict(saturation=xc.abs().mean().item(), clipped=(x.abs() > 1).float().mean().item(), std=xc.flatten(1).std(1).mean().item())

@@ -62,6 +62,7 @@ def mutual_info_2d(a:torch.Tensor, # First coordinates (..., n)
                    bound:float=3. # Bins cover [-bound, bound]; points outside go to the edge bins
                   ) -> torch.Tensor: # (...) mutual information in bits
     "Mutual information between two coordinates, estimated from their joint histogram on a fixed grid."
+    check_finite('a', torch.as_tensor(a)); check_finite('b', torch.as_tensor(b))   # a NaN would fall in the first bin
     ia = ((a.clamp(-bound, bound) + bound) / (2 * bound) * bins).long().clamp(0, bins - 1)
     ib = ((b.clamp(-bound, bound) + bound) / (2 * bound) * bins).long().clamp(0, bins - 1)
     idx = ia * bins + ib
@@ -494,7 +495,9 @@ def calendar_accuracy(model, # A causal LM
 def angular_similarity(d:torch.Tensor # Directions (m, d)
                       ) -> np.ndarray: # (m, m) in [0, 1]: 1 - angle / pi
     "Angular similarity between directions: 1 for parallel, 0.5 for orthogonal, 0 for opposite (computed in float64 on `d`'s device)."
-    u = torch.nn.functional.normalize(torch.as_tensor(d).detach().double(), dim=-1)
+    d = check_finite('directions', torch.as_tensor(d).detach().double())
+    if d.ndim != 2 or not bool((d.norm(dim=-1) > 0).all()): raise ConfigError(f"directions of shape {tuple(d.shape)}" + ('' if d.ndim != 2 else f" with {int((d.norm(dim=-1) == 0).sum())} zero row(s)") + '.', "(m, d) directions, none zero (a zero direction has no angle).", "Drop dead features first.")
+    u = torch.nn.functional.normalize(d, dim=-1)
     return (1 - torch.arccos((u @ u.T).clamp(-1, 1)) / math.pi).cpu().numpy()
 
 def cluster_features(directions:torch.Tensor, # SAE decoder directions (m, d)

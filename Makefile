@@ -8,7 +8,7 @@ PORT  ?= 8000
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 
-.PHONY: setup test check export clean-nbs nbtest pytest site docs serve lab execute readme bench
+.PHONY: setup test check export clean-nbs nbtest pytest site docs serve lab execute readme bench bench-scale
 
 setup: $(STAMP)
 
@@ -75,3 +75,8 @@ bench: setup
 	$(PY) benchmarks/bench_hooks.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_trackstar.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_trackstar_memory.py
+
+# every entry point's memory and time on a random ~1B Llama in bfloat16 and at the notebooks' scale (issue 52); about 5 minutes on 2 cores
+bench-scale: setup
+	$(PY) benchmarks/bench_scale.py --size 1b
+	$(PY) benchmarks/bench_scale.py --size 135m

@@ -173,3 +173,13 @@ LIMITS = dict(k=1)
 __all__ = ['SAE', 'LIMITS']
 ''', mod.__dict__)
     assert [l.split(': ', 1)[1].split(' should')[0] for l in checks.vocabulary_problems([mod.__name__])] == ['argument k=']
+
+
+def test_bench_scale_runs_its_rows_in_their_own_processes():
+    "benchmarks/bench_scale.py at the tiny size: every asked row prints its peak, time and reference (the full table is `make bench-scale`)."
+    import subprocess
+    out = subprocess.run([sys.executable, str(Path(__file__).parents[1]/'benchmarks'/'bench_scale.py'), '--size', 'tiny', '--threads', '1', '--only', 'forward,logits_at,g_effect'],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [l for l in out.stdout.splitlines() if l.split(' ')[0] in ('forward', 'forward_backward', 'logits_at', 'g_effect')]
+    assert [r.split()[0] for r in rows] == ['forward', 'forward_backward', 'logits_at', 'g_effect'] and not any('FAILED' in r for r in rows), out.stdout

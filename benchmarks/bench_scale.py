@@ -1,0 +1,138 @@
+"""Memory and time of the main entry points on a randomly initialised Llama-style model of a given size (issue 52).
+
+usage: python benchmarks/bench_scale.py [--size 1b|135m|tiny] [--dtype bfloat16] [--device cpu|cuda] [--rows 2] [--tokens 48]
+                                        [--threads 2] [--only name,name] [--json out.json]
+
+Each row runs in a fresh Python process: the process builds the model in the target dtype (never float32 first: a float32
+build leaves a peak that hides later growth), runs the entry point on a fixed batch, then its reference pass on the same inputs (a
+forward without gradients, or a forward and backward for the gradient methods). It reports the growth of the peak above the
+built model and inputs, during the entry point (CPU: the process's peak resident memory, `ru_maxrss`; CUDA: `torch.cuda.max_memory_allocated`,
+reset after the build) as a multiple of the parameters' bytes, and the time relative to the reference pass. Run it at two
+sizes to see how each cost grows with the model.
+"""
+import argparse, json, os, resource, subprocess, sys, time
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+
+SIZES = {  # Llama-style configs: ~1.0B (the default), SmolLM2-135M's shape (the notebooks' scale), and a tiny one for a quick check
+    '1b': dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=20, num_attention_heads=32, num_key_value_heads=8, vocab_size=32000),
+    '135m': dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, vocab_size=49152),
+    'tiny': dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=256),
+}
+GRAD_ROWS = {'forward_backward', 'capture_grads', 'trackstar.example_grads', 'g_effect', 'cnl.neuron_attributions'}
+
+def peak_bytes(device) -> int:
+    import torch
+    if device == 'cuda': return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+def build(size, dtype, device, rows, tokens):
+    "The model (eval mode, built in `dtype`), a word tokenizer over its vocabulary, and a (rows, tokens) batch with labels."
+    import torch, transformers
+    from interpkit.models import tiny_tokenizer
+    cfg = transformers.LlamaConfig(max_position_embeddings=max(512, tokens * 2), tie_word_embeddings=False, **SIZES[size])
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=getattr(torch, dtype), attn_implementation='sdpa').eval()
+    tokenizer = tiny_tokenizer(cfg.vocab_size)
+    ids = torch.randint(3, cfg.vocab_size, (rows, tokens), generator=torch.Generator().manual_seed(1)).to(device)
+    batch = dict(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids.clone())
+    return model, tokenizer, batch
+
+def entry_point(name, model, tokenizer, batch):
+    "A function running entry point `name` once on the batch."
+    import torch
+    from interpkit.hooks import add, capture, capture_grads, layout, patch, resid_post
+    from interpkit.models import generate_greedy, logits_at
+    from interpkit.train import lm_loss
+    L, d = layout(model).n_layers, model.config.hidden_size
+    sites = [resid_post(l) for l in range(L)]
+    words = lambda row: ' '.join(tokenizer.convert_ids_to_tokens(row.tolist()))
+    def fb():
+        lm_loss(model, batch).backward(); model.zero_grad(set_to_none=True)
+    def cg():
+        with capture_grads(model, sites) as g:
+            g.backward(lm_loss(model, batch))
+    def run_capture():
+        with torch.no_grad(), capture(model, sites) as c: model(**{k: batch[k] for k in ('input_ids', 'attention_mask')})
+    def run_patch():
+        v = torch.ones(d, dtype=model.dtype, device=batch['input_ids'].device)
+        with torch.no_grad(), patch(model, {resid_post(L // 2): add(v)}): model(**{k: batch[k] for k in ('input_ids', 'attention_mask')})
+    def trackstar():
+        from interpkit.papers.trackstar import example_grads
+        example_grads(model, batch)
+    def g_eff():
+        from interpkit.papers.g_effect import g_effect
+        g_effect(model, 'ga', batch, batch)
+    def cnl():
+        from interpkit.papers.cnl import neuron_attributions
+        rows = batch['input_ids']
+        neuron_attributions(model, tokenizer, ([words(r[:-1]) for r in rows], [' ' + words(r[-1:]) for r in rows]), n_steps=4)
+    def w1():
+        from interpkit.papers.wasserstein import neuron_scores
+        neuron_scores(model, {k: batch[k] for k in ('input_ids', 'attention_mask')})
+    def ships():
+        from interpkit.papers.safety_heads import ships as ships_
+        ships_(model, {k: batch[k] for k in ('input_ids', 'attention_mask')}, heads=[(0, h) for h in range(4)])
+    return {
+        'forward': lambda: model(**{k: batch[k] for k in ('input_ids', 'attention_mask')}),
+        'forward_backward': fb,
+        'capture (every resid_post)': run_capture,
+        'patch (one resid_post)': run_patch,
+        'capture_grads': cg,
+        'logits_at (last)': lambda: logits_at(model, {k: batch[k] for k in ('input_ids', 'attention_mask')}, -1),
+        'generate_greedy (8 tokens)': lambda: generate_greedy(model, tokenizer, [words(r[:8]) for r in batch['input_ids']], max_new_tokens=8),
+        'trackstar.example_grads': trackstar,
+        'g_effect': g_eff,
+        'cnl.neuron_attributions': cnl,
+        'wasserstein.neuron_scores': w1,
+        'safety_heads.ships (4 heads)': ships,
+    }[name]
+
+ROWS = ['forward', 'forward_backward', 'capture (every resid_post)', 'patch (one resid_post)', 'capture_grads', 'logits_at (last)',
+        'generate_greedy (8 tokens)', 'trackstar.example_grads', 'g_effect', 'cnl.neuron_attributions', 'wasserstein.neuron_scores',
+        'safety_heads.ships (4 heads)']
+
+def child(a):
+    "One row, in this process: build, reference pass, then the entry point; print one JSON line."
+    import torch
+    torch.set_num_threads(a.threads)
+    model, tokenizer, batch = build(a.size, a.dtype, a.device, a.rows, a.tokens)
+    n_params = sum(p.numel() for p in model.parameters()); p_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    ref_name = 'forward_backward' if a.row in GRAD_ROWS else 'forward'
+    ref, fn = entry_point(ref_name, model, tokenizer, batch), entry_point(a.row, model, tokenizer, batch)
+    with torch.no_grad(): model(input_ids=batch['input_ids'][:1, :4])   # warm-up on 4 tokens: the first pass's lazy allocations (thread pools, kernels) are not the method's
+    if a.device == 'cuda': torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+    base = peak_bytes(a.device)   # the peak only grows: the row runs first, its reference after it (time only; its memory is its own row's)
+    t0 = time.perf_counter()
+    fn()
+    if a.device == 'cuda': torch.cuda.synchronize()
+    t_row, row_peak = time.perf_counter() - t0, peak_bytes(a.device) - base
+    with (torch.enable_grad if a.row in GRAD_ROWS else torch.no_grad)():
+        ref()   # once untimed: the first backward of a process allocates every .grad
+        t0 = time.perf_counter(); ref()
+    if a.device == 'cuda': torch.cuda.synchronize()
+    print(json.dumps(dict(row=a.row, params=n_params, param_bytes=p_bytes, ref=ref_name, ref_seconds=time.perf_counter() - t0, seconds=t_row, peak_bytes=row_peak)))
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--size', default='1b', choices=list(SIZES)); p.add_argument('--dtype', default='bfloat16'); p.add_argument('--device', default='cpu')
+    p.add_argument('--rows', type=int, default=2); p.add_argument('--tokens', type=int, default=48); p.add_argument('--threads', type=int, default=2)
+    p.add_argument('--only', default=''); p.add_argument('--json', default=''); p.add_argument('--row', default='')
+    a = p.parse_args()
+    if a.row: return child(a)
+    rows = [r for r in ROWS if not a.only or any(o in r for o in a.only.split(','))]
+    out, t_all = [], time.time()
+    print(f"bench_scale: a random Llama-style model of size {a.size} in {a.dtype} on {a.device}, {a.rows} rows of {a.tokens} tokens, {a.threads} threads; one process per row")
+    print(f"{'entry point':32s} {'peak above model':>17s} {'x params':>9s} {'seconds':>8s} {'x ref':>6s}  reference")
+    for r in rows:
+        res = subprocess.run([sys.executable, __file__, '--row', r] + [f'--{k}={v}' for k, v in vars(a).items() if k not in ('row', 'only', 'json')],
+                             capture_output=True, text=True)
+        line = next((l for l in res.stdout.splitlines() if l.startswith('{')), None)
+        if res.returncode or line is None:
+            print(f"{r:32s} FAILED: {(res.stderr.strip().splitlines() or ['?'])[-1][:100]}"); continue
+        d = json.loads(line); out.append(d)
+        print(f"{r:32s} {d['peak_bytes'] / 2**20:14.0f} MB {d['peak_bytes'] / d['param_bytes']:9.2f} {d['seconds']:8.2f} {d['seconds'] / max(d['ref_seconds'], 1e-9):6.2f}  {d['ref']} {d['ref_seconds']:.2f} s", flush=True)
+    if out: print(f"model: {out[0]['params'] / 1e9:.2f}B parameters, {out[0]['param_bytes'] / 2**30:.2f} GiB; total {time.time() - t_all:.0f} s")
+    if a.json: json.dump(out, open(a.json, 'w'), indent=1)
+
+if __name__ == '__main__': main()

@@ -104,7 +104,7 @@ def child(a):
     if a.device == 'cuda': torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
     base = peak_bytes(a.device)   # the peak only grows: the row runs first, its reference after it (time only; its memory is its own row's)
     t0 = time.perf_counter()
-    fn()
+    with (torch.enable_grad if a.row in GRAD_ROWS else torch.no_grad)(): fn()   # a method that needs no gradient runs as a user would, without autograd
     if a.device == 'cuda': torch.cuda.synchronize()
     t_row, row_peak = time.perf_counter() - t0, peak_bytes(a.device) - base
     with (torch.enable_grad if a.row in GRAD_ROWS else torch.no_grad)():

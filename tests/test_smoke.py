@@ -9,7 +9,7 @@ sys.path.insert(0, str(ROOT/'tools'))
 import gpu_smoke
 
 CORE = ['interpkit.models', 'interpkit.hooks', 'interpkit.sae', 'interpkit.train', 'interpkit.testing', 'interpkit.results', 'interpkit.diffusion',
-        *[f'interpkit.{m}' for m in ('stats', 'grads') if (ROOT/'interpkit'/f'{m}.py').exists()]]
+        *[f'interpkit.{m}' for m in ('stats', 'grads', 'parallel') if (ROOT/'interpkit'/f'{m}.py').exists()]]
 PAPERS = sorted(f'interpkit.{d}.{p.stem}' for d in ('papers', 'demos') for p in (ROOT/'interpkit'/d).glob('*.py') if not p.stem.startswith('_'))
 SMOKED_PAPERS = [m for m in PAPERS if (ROOT/'tools'/'smoke'/f"{m.rsplit('.', 1)[1]}.py").exists()]   # a demo module is smoked by its paper's file
 

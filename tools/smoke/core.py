@@ -22,6 +22,7 @@ from interpkit.grads import (Task, LMTask, grad_modules, grad_shape, make_projec
 from interpkit.stats import effective_rank, linear_probe
 
 NOT_SMOKED = {  # public names with nothing device- or dtype-specific to run
+    'rank_world': 'process-group plumbing, no device maths (two-process tests in tests/test_parallel*.py)', 'share': 'process-group plumbing', 'rows_of_mine': 'process-group plumbing', 'all_sum': 'process-group plumbing', 'gather_rows': 'process-group plumbing', 'launch': 'starts processes',
     'tiny_lm': 'used by every check', 'tiny_tokenizer': 'used by the chat checks', 'cache_dir': 'a path', 'assets_dir': 'a path',
     'quiet': 'reads the environment', 'as_random': 'Python random, no device', 'Heads': 'a type', 'StateDict': 'a type', 'DictView': 'a mixin of results', 'FieldsByName': 'a mixin of results', 'vocab_size': 'reads a size', 'check_token_ids': 'a check on ids', 'position_limit': 'reads a size', 'right_align': 'moves tokens (tested in test_train and test_g_effect)', 'check_template': 'a check', 'last_hidden_of': 'reads an output', 'check_seed': 'a check', 'check_texts': 'a check', 'check_denoiser': 'a check, run by sample below', 'Site': 'a value', 'CANONICAL': 'constants', 'resid_pre': 'site names', 'mlp_out': 'site names',
     'ActCache': 'made by capture', 'GradCache': 'made by capture_grads', 'HookPoint': 'made by resolve', 'Layout': 'made by layout',

@@ -15,9 +15,10 @@ from .models import mask_positions, to_model, iter_batches, check_batch_size, ev
 
 # %% auto #0
 __all__ = ['CANONICAL', 'MODEL_TYPES', 'Site', 'resid_pre', 'resid_post', 'attn_out', 'mlp_out', 'head_out', 'head_q', 'as_site',
-           'Layout', 'layout', 'module_paths', 'HookPoint', 'resolve', 'all_sites', 'is_linear', 'weight_matrix',
-           'linear_modules', 'final_norm', 'mlp_norm', 'mlp_linears', 'norm_eps', 'norm_gain', 'hooked', 'ActCache',
-           'capture', 'GradCache', 'capture_grads', 'add', 'scale', 'patch', 'head_means', 'ablate_heads']
+           'Layout', 'layout', 'module_paths', 'HookPoint', 'resolve', 'all_sites', 'on_execution_device', 'is_linear',
+           'weight_matrix', 'linear_modules', 'final_norm', 'mlp_norm', 'mlp_linears', 'norm_eps', 'norm_gain',
+           'hooked', 'ActCache', 'capture', 'GradCache', 'capture_grads', 'add', 'scale', 'patch', 'head_means',
+           'ablate_heads']
 
 # %% ../nbs/core/02_hooks.ipynb #05c5c55d
 @dataclass(frozen=True)
@@ -206,6 +207,15 @@ def all_sites(model:nn.Module, # A model with a known layout
     return [Site(nm, l) for l in range(lay.n_layers) for nm in names]
 
 # %% ../nbs/core/02_hooks.ipynb #ab53f4e0
+@contextlib.contextmanager
+def on_execution_device(module:nn.Module # A module, maybe offloaded by accelerate
+                       ):
+    "Inside, `module`'s own parameters hold their values where accelerate offloaded them (`device_map` with 'cpu' or 'disk'); otherwise nothing changes."
+    if getattr(module, '_hf_hook', None) is not None and any(p.device.type == 'meta' for p in module.parameters(recurse=False)):
+        from accelerate.utils import align_module_device
+        with align_module_device(module): yield
+    else: yield
+
 def is_linear(module:nn.Module # Any module
              ) -> bool:
     "Whether `module` is a linear layer: `nn.Linear` or `transformers`' `Conv1D` (GPT-2)."
@@ -213,10 +223,13 @@ def is_linear(module:nn.Module # Any module
 
 def weight_matrix(module:nn.Module, # A linear layer (see `is_linear`)
                   w:torch.Tensor|None=None # A tensor shaped like its weight (a gradient, Adam's moments); None: the weight
-                 ) -> torch.Tensor: # (d_out, d_in), a view
+                 ) -> torch.Tensor: # (d_out, d_in), a view (a copy for an offloaded layer)
     "The (d_out, d_in) matrix of a linear layer's weight, or of `w` laid out like it: `Conv1D`'s (in, out) weight is transposed."
     if not is_linear(module): raise ConfigError(f"{type(module).__name__} is not a linear layer.", "nn.Linear or transformers' Conv1D.", "Pick one with `linear_modules(model)`.")
-    w = module.weight if w is None else w
+    if w is None:
+        w = module.weight
+        if w.device.type == 'meta':   # offloaded by accelerate (a device_map with 'cpu' or 'disk'): read from where it is kept
+            with on_execution_device(module): w = module.weight.detach().clone()
     return w.T if isinstance(module, Conv1D) else w
 
 # %% ../nbs/core/02_hooks.ipynb #d8d9f5d4
@@ -306,10 +319,13 @@ def norm_eps(norm:nn.Module # A LayerNorm or RMSNorm (any implementation)
 def norm_gain(norm:nn.Module # A LayerNorm or RMSNorm (any implementation)
              ) -> torch.Tensor: # (d,) the factor applied after normalising, detached
     "The per-channel gain of a norm: `weight` for LayerNorm and most RMSNorms, `1 + weight` for Gemma's, measured on a constant input."
+    with on_execution_device(norm): return _norm_gain(norm)
+
+def _norm_gain(norm):
     w = getattr(norm, 'weight', None)
     if not torch.is_tensor(w) or w.dim() != 1: raise ConfigError(f"{type(norm).__name__} has no 1-D `weight`.", "A LayerNorm or RMSNorm with a per-channel gain.", "Pass the norm module itself, e.g. `final_norm(model)`.")
-    if isinstance(norm, nn.LayerNorm) or torch.is_tensor(getattr(norm, 'bias', None)): return w.detach()
-    eps, wd = norm_eps(norm), w.detach()
+    if isinstance(norm, nn.LayerNorm) or torch.is_tensor(getattr(norm, 'bias', None)): return w.detach().clone()
+    eps, wd = norm_eps(norm), w.detach().clone()
     with torch.no_grad(): y = norm(torch.ones(1, w.shape[0], device=w.device, dtype=w.dtype))[0]  # = gain / sqrt(1 + eps), up to the norm's own rounding
     g = y.to(torch.promote_types(y.dtype, torch.float32)) * math.sqrt(1 + eps)
     for gain in (wd, 1 + wd):   # the two known forms, returned exactly: many norms compute in float32 even for a float64 model

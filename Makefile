@@ -78,5 +78,6 @@ bench: setup
 
 # every entry point's memory and time on a random ~1B Llama in bfloat16 and at the notebooks' scale (issue 52); about 5 minutes on 2 cores
 bench-scale: setup
-	$(PY) benchmarks/bench_scale.py --size 1b
-	$(PY) benchmarks/bench_scale.py --size 135m
+	$(PY) -m pip install -q nnsight torch==2.13.0   # nnsight's capture and patching side by side (it changes nothing else in the environment)
+	$(PY) benchmarks/bench_scale.py --size 1b --nnsight $(PY)
+	$(PY) benchmarks/bench_scale.py --size 135m --nnsight $(PY)

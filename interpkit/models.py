@@ -15,9 +15,10 @@ from .errors import ConfigError, ModelNotAvailable, NotFiniteError, ShapeError, 
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'word_vocab', 'word_tokenizer',
            'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'last_hidden_of', 'vocab_size',
            'position_limit', 'check_token_ids', 'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm',
-           'resolve_lm', 'pad_id', 'padding', 'mask_positions', 'encode_left', 'pad_right', 'right_align', 'pad_left',
-           'encode_texts', 'encode_queries', 'check_batch', 'check_batch_size', 'iter_batches', 'chat_text',
-           'generate_greedy', 'chat_replies', 'chat', 'prefix_step', 'load_encoder', 'embed']
+           'check_in_memory', 'resolve_lm', 'pad_id', 'padding', 'mask_positions', 'encode_left', 'pad_right',
+           'right_align', 'pad_left', 'encode_texts', 'encode_queries', 'check_batch', 'check_batch_size',
+           'iter_batches', 'chat_text', 'generate_greedy', 'chat_replies', 'chat', 'prefix_step', 'load_encoder',
+           'embed']
 
 # %% ../nbs/core/01_models.ipynb #9feafe4a
 TINY_ARCHS = ('llama', 'gpt2', 'neox', 'bert', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'mixtral', 'olmoe')
@@ -514,6 +515,18 @@ def check_causal_lm(model, # The model a method was given
             raise ConfigError(f"{what} needs a causal language model, but got {type(model).__name__} (model_type={cfg.model_type!r}), {kind}.",
                               "Valid: a model whose output at each position predicts the next token, a `transformers` ...ForCausalLM (GPT-2, Llama, Pythia, SmolLM2, ...).",
                               "Load one with `load_lm(...)` or `AutoModelForCausalLM.from_pretrained(...)`.")
+    return model
+
+# %% ../nbs/core/01_models.ipynb #f898ac9e
+def check_in_memory(model, # The model a method was given
+                    what:str # The method's name, for the message
+                   ):
+    "Return `model` if none of its parameters is offloaded (on the `meta` device); raise `ConfigError` naming them otherwise."
+    if not isinstance(model, nn.Module): return model
+    off = [n for n, p in model.named_parameters() if p.device.type == 'meta']
+    if off: raise ConfigError(f"{what} needs the model's weights in memory, but {len(off)} parameters are offloaded (on the meta device), e.g. {off[:2]}.",
+                              "A model whose parameters are all on real devices (a device_map over GPUs and the CPU, no 'disk' and no CPU offload).",
+                              "Load it with device_map onto devices that hold it, or without a device_map; forward-only methods accept offloaded models.")
     return model
 
 # %% ../nbs/core/01_models.ipynb #3382160d

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np, pandas as pd, torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
-from .models import check_batch, check_token_ids, encode_texts, right_align, tiny_config, tiny_lm, to_model, word_tokenizer
+from .models import check_batch, check_in_memory, check_token_ids, encode_texts, right_align, tiny_config, tiny_lm, to_model, word_tokenizer
 from .errors import AssetNotFound, ConfigError, NotFiniteError, ShapeError, check_choice, check_int
 
 # %% auto #0
@@ -145,6 +145,7 @@ def fit(model:torch.nn.Module, # The model to train, in place
         callback=None # `callback(model, optimizer, step)` after each step (and after that step's evaluation), e.g. to re-initialise weights
        ) -> FitResult:
     "Train `model` in place with AdamW, warmup and a cosine schedule; same seed, same weights."
+    check_in_memory(model, 'fit')
     params, optimizer = _fit_setup(model, steps, warmup, schedule, callback, optimizer, lr, weight_decay)
     base = [g['lr'] for g in optimizer.param_groups]
     eval_every = eval_every or max(1, steps // 10)

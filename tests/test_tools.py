@@ -183,3 +183,16 @@ def test_bench_scale_runs_its_rows_in_their_own_processes():
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [l for l in out.stdout.splitlines() if l.split(' ')[0] in ('forward', 'forward_backward', 'logits_at', 'g_effect')]
     assert [r.split()[0] for r in rows] == ['forward', 'forward_backward', 'logits_at', 'g_effect'] and not any('FAILED' in r for r in rows), out.stdout
+
+
+def test_bench_scale_documented_costs_are_on_their_pages():
+    "Every cost bench_scale checks is stated, in the same words, on the page of its entry point; and the formula is in bytes of the model's sizes."
+    import argparse, importlib.util, json
+    spec = importlib.util.spec_from_file_location('bench_scale', Path(__file__).parents[1]/'benchmarks'/'bench_scale.py'); bs = importlib.util.module_from_spec(spec); spec.loader.exec_module(bs)
+    root = Path(__file__).parents[1]
+    for row, (page, words, formula) in bs.COSTS.items():
+        text = ' '.join(''.join(c['source']) for c in json.loads((root/page).read_text())['cells'] if c['cell_type'] == 'markdown')
+        assert '**Cost.**' in text and words in ' '.join(text.split()), (row, page, words)
+        s = argparse.Namespace(P=10**9, b=2, B=2, T=48, d=2048, L=20, I=5632, V=32000, K=512)
+        assert isinstance(formula(s), int), row
+    assert set(bs.COSTS) <= set(bs.ROWS)

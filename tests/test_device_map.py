@@ -48,3 +48,12 @@ def test_weight_reading_methods(models):
     a, b = both(models, lambda m, x: ships(m, x, heads=[(0, 1), (2, 3)]))
     torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
     assert torch.isfinite(a[2, 3]) and a[2, 3] > 0   # a head on an offloaded block was measured
+
+def test_methods_that_need_weights_in_memory_refuse_an_offloaded_model(models):
+    "Gradients of offloaded weights would land on temporary copies and be lost: such methods refuse, naming the offloaded parameters, and change nothing."
+    from interpkit.testing import untouched
+    from interpkit.train import fit, lm_loss
+    from interpkit.errors import ConfigError
+    ref, off, batch = models
+    with untouched(off):
+        with pytest.raises(ConfigError, match='parameters are offloaded'): fit(off, [batch], lambda m, b: lm_loss(m, b), steps=1)

@@ -37,6 +37,7 @@ COSTS = {
     'capture (every resid_post)': ('nbs/core/02_hooks.ipynb', 'one (batch, tokens, d_model) activation per site', lambda s: s.L * s.B * s.T * s.d * s.b),
     'patch (one resid_post)': ('nbs/core/02_hooks.ipynb', 'holds nothing beyond the forward pass', lambda s: 0),
     'capture_grads': ('nbs/core/02_hooks.ipynb', 'one gradient per site beside the activations autograd keeps anyway, and no parameter gradients', lambda s: s.L * s.B * s.T * s.d * s.b - s.P * s.b),
+    'generate_greedy (8 tokens)': ('nbs/core/01_models.ipynb', 'each new token adds its keys and values', lambda s: 2 * s.L * s.B * s.K * s.b * 8),
     'logits_at (last)': ('nbs/core/01_models.ipynb', 'the vocabulary projection at the positions asked for only', lambda s: -(s.T - 1) * s.B * s.V * s.b),
 }
 
@@ -121,7 +122,7 @@ def entry_point(name, model, tokenizer, batch):
         'patch (one resid_post)': run_patch,
         'capture_grads': cg,
         'logits_at (last)': lambda: logits_at(model, {k: batch[k] for k in ('input_ids', 'attention_mask')}, -1),
-        'generate_greedy (8 tokens)': lambda: generate_greedy(model, tokenizer, [words(r[:8]) for r in batch['input_ids']], max_new_tokens=8),
+        'generate_greedy (8 tokens)': lambda: generate_greedy(model, tokenizer, [words(r) for r in batch['input_ids']], max_new_tokens=8),
         'trackstar.example_grads': trackstar,
         'g_effect': g_eff,
         'cnl.neuron_attributions': cnl,

@@ -1098,3 +1098,10 @@ def test_prompts_too_long_for_a_learned_position_table(untouched):
     from interpkit.models import position_limit
     rope = tiny_lm('llama', d_model=16, n_heads=2, max_len=8)   # rotary positions: no table, no limit
     assert position_limit(rope) is None and len(as_answerer(rope, tiny_tokenizer(), max_new_tokens=10)(['w1 w2 w3'])[0].split()) == 10
+
+def test_answer_readers_refuse_what_is_not_text():
+    "read_number(None) and read_word(5) raised AttributeError/TypeError from re."
+    assert adce.read_number('It is 1,024.') == '1024' and adce.read_word(' Blue sky') == 'blue'
+    for fn in (adce.read_number, adce.read_word):
+        for bad in (None, 5, ['a']):
+            with pytest.raises(ConfigError, match=r'output=.*The text a model generated'): fn(bad)

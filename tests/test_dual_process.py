@@ -739,3 +739,10 @@ def test_train_dual_process_on_a_model_of_another_vocabulary():
         def get_input_embeddings(self): return self.emb
     with pytest.raises(ShapeError, match=f'The model has 12 tokens.*{TINY.task.n_tokens - 1}'): train_dual_process(Embeds(12), TINY, steps=1, progress=False)
     with pytest.raises(ConfigError, match='_Plain failed on token ids up to'): train_dual_process(_Plain(12), TINY, steps=1, eval_every=1, eval_n=5, progress=False)
+
+def test_evaluation_sets_need_a_count():
+    "evaluation_sets(n=[3]) raised TypeError inside the sampler; n=0 gave empty splits."
+    from interpkit.papers.dual_process import evaluation_sets
+    for n in ([3], 0, 2.5):
+        with pytest.raises(ConfigError, match=r'n='): evaluation_sets(SMALL, n=n)
+    assert len(evaluation_sets(SMALL, n=2).train['input_ids']) == 2

@@ -1078,3 +1078,14 @@ def test_results_and_texts_of_the_wrong_type_are_typed_errors():
     assert answer_id(tokenizer, text, '5') == _word(tokenizer, '5')   # the independent word lookup
     for kw, word in ((dict(answer=5), 'answer=5'), (dict(answer=''), 'does not tokenize as a continuation'), (dict(text=None, answer='5'), 'text=None')):
         with pytest.raises(ConfigError, match=word): answer_id(tokenizer, **{'text': text, **kw})
+
+def test_contexts_and_query_counts_that_are_not_ones_are_typed_errors():
+    "render(c=None) raised TypeError deep inside; recall_document(n_questions=0) returned a document with no query."
+    from interpkit.papers.orion import render
+    from interpkit.demos.orion import recall_document
+    assert 'apple' in render('code', (('apple', '3'),), 'apple')[0]
+    for c in (None, (), ('apple', '3'), (('apple',),)):
+        with pytest.raises(ConfigError, match=r"A context: a non-empty tuple of \(key, value\) pairs"): render('code', c, 'apple')
+    assert recall_document(0, n_questions=1).count('Answer :') == 1
+    for n in (0, -1, 1.5):
+        with pytest.raises(ConfigError, match='n_questions'): recall_document(0, n_questions=n)

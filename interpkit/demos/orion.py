@@ -6,7 +6,7 @@
 from __future__ import annotations
 import random
 from transformers import PreTrainedTokenizerFast
-from ..errors import check_choice, check_fraction, renamed
+from ..errors import check_choice, check_fraction, check_int, renamed
 from ..models import word_tokenizer, word_vocab
 from ..train import Shipped, Trained, as_random, load_tiny_lm, train_tiny_lm
 from ..papers.orion import DOMAINS, INJECTIONS, injected, render
@@ -49,6 +49,7 @@ def recall_document(seed:int|random.Random, # An int, or a `random.Random` whose
                     n_questions:int=6 # Queries
                    ) -> str:
     "An associative-recall document over one domain's words: 2-4 'key value' pairs side by side, then queries 'Answer : key value'."
+    check_int('n_questions', n_questions, least=1, todo="Ask at least one query.")
     rng = as_random(seed)
     keys, vals = DOMAINS[rng.choice(list(DOMAINS))][:2]
     n = rng.choice([2, 3, 4])

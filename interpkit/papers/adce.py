@@ -151,19 +151,25 @@ def interventions(text:str, # A question
         if s is not None: out.append((d, s))
     return out
 
-# %% ../../nbs/papers/09_adce.ipynb #7439f642
+# %% ../../nbs/papers/09_adce.ipynb #ea074425
+def _check_output(output):
+    if not isinstance(output, str): raise ConfigError(f"output={output!r} ({type(output).__name__}).", "The text a model generated, a str.", "Pass the completion text (e.g. from `completions`).")
+
 def read_number(output:str # What the model generated
                ) -> str|None: # The first integer in it (without leading zeros), or None
     "Answer reader for numeric tasks: the first integer of the output, as the official regular expressions read it."
+    _check_output(output)
     m = re.search(r'-?[0-9]+', output.replace(',', ''))
     return None if m is None else str(int(m.group()))
 
 def read_word(output:str # What the model generated
              ) -> str|None: # The first word, lower-cased, or None
     "Answer reader for one-word tasks: the first word of the output."
+    _check_output(output)
     m = re.search(r'[A-Za-z]+', output)
     return None if m is None else m.group().lower()
 
+# %% ../../nbs/papers/09_adce.ipynb #fd47725a
 @dataclass(frozen=True)
 class Question:
     "A question and its right answer, as the reader returns it."

@@ -251,13 +251,16 @@ class EvaluationSets:
     holdout:dict # Two unseen tokens in the slots
     def __getitem__(self, split:str) -> dict: return getattr(self, check_choice('split', split, SPLITS))
 
-@functools.lru_cache(maxsize=16)
 def evaluation_sets(task:POSTask, # The task
                     n:int=1000, # Sequences per split
                     seed:int=1 # Seeds the draws (each split its own stream)
                    ) -> EvaluationSets:
     "Fixed draws of every split: the same for every model evaluated with these arguments."
-    return EvaluationSets(**{s: task.sample(n, s, seed + 1000 * i) for i, s in enumerate(SPLITS)})
+    check_int('n', n, least=1, todo="Draw at least one sequence per split.")
+    return _evaluation_sets(task, n, seed)
+
+@functools.lru_cache(maxsize=16)
+def _evaluation_sets(task, n, seed): return EvaluationSets(**{s: task.sample(n, s, seed + 1000 * i) for i, s in enumerate(SPLITS)})
 
 # %% ../../nbs/papers/01_dual_process.ipynb #0cc47fce
 _IWL = {'switch': 'iwl', 'tail_switch': 'iwl_tail', 'head_switch': 'iwl_head'}

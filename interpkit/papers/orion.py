@@ -80,6 +80,8 @@ def render(domain:str, # A key of `DOMAINS`
           ) -> tuple[str, str]: # (user message, assistant prefill)
     "The text of request `r` on context `c`."
     check_choice('domain', domain, DOMAINS)
+    if not isinstance(c, (list, tuple)) or not c or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in c):
+        raise ConfigError(f"c={c!r}.", "A context: a non-empty tuple of (key, value) pairs, e.g. (('apple', 'red'), ('sky', 'blue')).", "Pass the pairs the request is about.")
     if r not in dict(c): raise ConfigError(f"Request {r!r} is not a key of the context.", f"Keys: {', '.join(k for k, _ in c)}.", "Ask about one of them.")
     line, q, pre = DOMAINS[domain][2:]
     sep = ' ' if domain == 'story' else '\n'

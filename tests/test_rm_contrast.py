@@ -1186,3 +1186,10 @@ def test_demo_response_draws_its_poles_from_the_seed():
     a, b = demo_response(0, seed=shared), demo_response(0, seed=shared)   # one stream: two different responses
     assert a != b and a == demo_response(0, seed=1)
 
+
+def test_description_detector_encoder_is_the_embedder_with_a_warning():
+    "DescriptionDetector's attribute `encoder` was renamed `embedder` (issue 50) without an alias."
+    from interpkit.papers.rm_contrast import DescriptionDetector
+    marker = object()
+    d = DescriptionDetector(embedder=marker)
+    with pytest.warns(FutureWarning, match=r'\.embedder'): assert d.encoder is marker

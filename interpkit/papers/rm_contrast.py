@@ -657,6 +657,11 @@ class DescriptionDetector:
         if not texts: return np.zeros(0)
         lo, hi = self.embeddings(list(self.descriptions[name]))
         return (self.embeddings(texts) @ (hi - lo)).numpy()
+    @property
+    def encoder(self):
+        "Deprecated name of `embedder` (kept for one release)."
+        warnings.warn("DescriptionDetector.encoder is now .embedder; .encoder will be removed in the next release.", FutureWarning, stacklevel=2)
+        return self.embedder
     def __repr__(self): return f"DescriptionDetector({len(self.descriptions)} attributes)"
 
 # %% ../../nbs/papers/04_rm_contrast.ipynb #d034fad1

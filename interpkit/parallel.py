@@ -6,7 +6,7 @@
 from __future__ import annotations
 import os, socket, subprocess, sys
 import torch, torch.distributed
-from .errors import ConfigError
+from .errors import ConfigError, ShapeError
 
 # imported after init_process_group, torch.distributed.fsdp (which transformers imports to build a model) keeps references to the default
 # group, so gloo's threads outlive destroy_process_group and abort some runs at exit (torch 2.13); imported first, it does not
@@ -56,10 +56,20 @@ def all_sum(x:torch.Tensor # A tensor every process holds, of the same shape
 def gather_rows(x # This process's rows: a tensor (rows first) or a list
                ): # Every process's rows in rank order, concatenated: a tensor on `x`'s device, or a list; `x` itself without a group
     "The rows of every process, concatenated in rank order (each process may hold a different number of rows)."
-    if rank_world()[1] == 1: return x
-    parts = [None] * rank_world()[1]
-    torch.distributed.all_gather_object(parts, x.detach().cpu() if torch.is_tensor(x) else list(x))
-    return torch.cat(parts).to(x.device) if torch.is_tensor(x) else [r for p in parts for r in p]
+    w = rank_world()[1]
+    if w == 1: return x
+    if not torch.is_tensor(x):
+        parts = [None] * w
+        torch.distributed.all_gather_object(parts, list(x))
+        return [r for p in parts for r in p]
+    counts = [None] * w
+    torch.distributed.all_gather_object(counts, (x.shape[0], tuple(x.shape[1:]), x.dtype))
+    if len({c[1:] for c in counts}) > 1: raise ShapeError(f"The processes hold rows of shapes and dtypes {sorted({c[1:] for c in counts}, key=str)}.", "Rows of one shape and dtype in every process.", "Gather the same quantity in every process.")
+    most, dev = max(c[0] for c in counts), _backend_device()
+    y = torch.zeros((most, *x.shape[1:]), dtype=x.dtype, device=dev); y[:x.shape[0]] = x.detach()   # all_gather wants equal shapes: pad to the longest share
+    parts = [torch.empty_like(y) for _ in range(w)]
+    torch.distributed.all_gather(parts, y)
+    return torch.cat([p[:c[0]] for p, c in zip(parts, counts)]).to(x.device)
 
 # %% ../nbs/core/13_parallel.ipynb #0c1a4b2f
 def launch(script:str, # Path of a Python script that calls `torch.distributed.init_process_group`

@@ -37,6 +37,9 @@ SCRIPT = textwrap.dedent('''
     out = dict(rank=rank_world(), n=len(mine), input_unchanged=t.tolist() == mine.sum(0).tolist(), sum=s.tolist(), sum_dtype=str(s.dtype), int_sum=h.tolist(), int_dtype=str(h.dtype),
                mine_unchanged=mine.tolist() == x[rank_world()[0] * 7 // 3:(rank_world()[0] + 1) * 7 // 3].tolist(),
                rows=gather_rows(mine * 2).tolist(), words=gather_rows([f'w{int(v)}' for v in mine[:, 0]]))
+    try: gather_rows(torch.zeros(1, 2 + rank_world()[0]))
+    except Exception as e: out['mismatch'] = f'{type(e).__name__}: {e}'
+    out['bf16'] = gather_rows(mine.to(torch.bfloat16)).float().tolist()
     json.dump(out, open(f'{sys.argv[1]}/{dist.get_rank()}.json', 'w'))
     dist.destroy_process_group()
 ''')
@@ -52,6 +55,8 @@ def test_three_processes_sum_and_gather_as_one(tmp_path):
         assert o['input_unchanged']   # all_sum returns a new tensor: gloo's in-place all_reduce leaves the caller's alone
         assert o['int_sum'] == [3, 6] and o['int_dtype'] == 'torch.int32' and o['mine_unchanged']
         assert o['rows'] == (x * 2).tolist() and o['words'] == [f'w{int(v)}' for v in x[:, 0]]
+        assert o['bf16'] == x.to(torch.bfloat16).float().tolist()
+        assert o['mismatch'].startswith('ShapeError') and 'Rows of one shape and dtype' in o['mismatch']
 
 def test_launch_reports_a_failing_script(tmp_path):
     (tmp_path/'bad.py').write_text('raise SystemExit("no such luck")')

@@ -2,7 +2,7 @@
 gradients written out here from the objectives' definitions (float64), parameter groups, batching and the official moving
 average, the objectives' limits (WGA beta=0, TNPO/NPO/WTNPO at the reference, KL to itself, NPO at small beta),
 instance-wise G-effects, the step check, the unlearning loop against a hand SGD step, the synthetic QA data, typed errors,
-GPT-2 and bfloat16, the model left untouched, and the old spellings (argument order, names moved to interpkit.demos.g_effect) still working with a FutureWarning."""
+GPT-2 and bfloat16, one parameter's gradient in hand at a time and the user's .grad kept, the model left untouched, and the old spellings (argument order, names moved to interpkit.demos.g_effect) still working with a FutureWarning."""
 import copy, math, os
 import numpy as np, pandas as pd, pytest, torch
 import torch.nn.functional as F
@@ -916,3 +916,24 @@ def test_qa_tokenizer_and_trainer_name_what_they_were_given():
     for bad in (None, QA.questions):
         with pytest.raises(ConfigError, match=rf'qa_tokenizer got a {type(bad).__name__}.*AuthorQA'): qa_tokenizer(bad)
         with pytest.raises(ConfigError, match='author_qa'): train_qa_lm(bad, steps=1, progress=False)
+
+# ---------------------------------------------------------------- memory: no gradient kept beyond the accumulator
+
+def test_g_effect_holds_one_gradient_at_a_time_and_keeps_grads(monkeypatch):
+    "Each parameter's gradient is used and freed before the next one is complete (never a whole model's gradient in .grad), and a .grad the user had is left as it was."
+    import interpkit.papers.g_effect as ge_mod
+    m = lm(seed=1)
+    ps = params(m)
+    want = g_effect(m, objective('npo', regularizer='gd'), FORGET, RETAIN, batch_size=2)
+    live, dot, add = [], ge_mod._dot, ge_mod._add_into
+    def count(f):
+        def g(*a, **kw): live.append(sum(p.grad is not None for p in ps)); return f(*a, **kw)
+        return g
+    monkeypatch.setattr(ge_mod, '_dot', count(dot)); monkeypatch.setattr(ge_mod, '_add_into', count(add))
+    mine = [torch.full_like(p, 7.0) for p in ps]
+    for p, g in zip(ps, mine): p.grad = g                         # gradients the user accumulated
+    got = g_effect(m, objective('npo', regularizer='gd'), FORGET, RETAIN, batch_size=2)
+    assert len(live) >= 3 * len(ps) and max(live) == 1             # only the gradient in hand
+    assert all(p.grad is g for p, g in zip(ps, mine)) and all(bool((g == 7).all()) for g in mine)
+    for k in ('unlearning', 'retention', 'loss'): assert getattr(got, k) == pytest.approx(getattr(want, k), rel=1e-12), k
+    pd.testing.assert_frame_equal(got.groups, want.groups, rtol=1e-10)

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 from ..errors import ConfigError, NotFiniteError, ShapeError, check_choice, check_fraction, check_int, moved, renamed
 from ..hooks import layout
-from ..models import check_batch, check_batch_size, check_causal_lm, check_token_ids, evaluating, iter_batches, load_lm, logits_of, right_align, to_model
+from ..parallel import all_sum, gather_rows, rows_of_mine, share
+from ..models import check_batch, check_batch_size, check_causal_lm, check_in_memory, check_token_ids, evaluating, iter_batches, load_lm, logits_of, right_align, to_model
 from ..results import DictView, result
 
 # %% auto #0
@@ -284,16 +285,47 @@ def _weighted(data:dict, batch_size:int, smoothing, count) -> list:
     ws = _coefs(len(bs), smoothing)
     return [(b, 1 / sum(cs)) for b in bs] if ws is None else [(b, w / c) for b, c, w in zip(bs, cs, ws)]
 
-def _grads(params:list, terms:list, batch_size:int, smoothing) -> tuple:
-    "The gradient (float32 or wider, one tensor per parameter) and the value of sum over terms of weight * (mean of term over its data)."
-    acc, value = [torch.zeros_like(p, dtype=torch.promote_types(p.dtype, torch.float32)) for _, p in params], 0.0
+# %% ../../nbs/papers/05_g_effect.ipynb #f4047886
+def _backward_each(loss:torch.Tensor, params:list, on_grad):
+    "Backward `loss` into `params`, handing each parameter's gradient to on_grad(i, g) as soon as it is complete, then freeing it; every `.grad` is left as it was."
+    ps = [p for _, p in params]
+    kept = [p.grad for p in ps]
+    def hook(i):
+        def h(p): on_grad(i, p.grad); p.grad = None
+        return h
+    hs = []
+    try:
+        for p in ps: p.grad = None
+        hs = [p.register_post_accumulate_grad_hook(hook(i)) for i, p in enumerate(ps)]
+        loss.backward(inputs=ps)
+    finally:
+        for h in hs: h.remove()
+        for p, g in zip(ps, kept): p.grad = g
+
+def _sweep(params:list, terms:list, batch_size:int, smoothing, on_grad, split:bool=True) -> float:
+    "Backward sum over terms of weight * (mean of term over its data) batch by batch, each gradient to on_grad(i, g); with `split`, over this process's share of the batches, the value summed over processes."
+    value = 0.0
     for data, fn, count, weight in terms:
-        for b, w in _weighted(data, batch_size, smoothing, count):
+        bws = _weighted(data, batch_size, smoothing, count)   # the weights of the whole data's batch order, before any split
+        for b, w in (rows_of_mine(bws) if split else bws):
             loss = weight * w * fn(b)[0]
             if not torch.isfinite(loss): raise NotFiniteError(f"A batch's loss is {float(loss.detach())}.", "Finite losses.", "Check the model's outputs (a float16 model may overflow: try float32 or bfloat16).")
-            for a, g in zip(acc, torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)):
-                if g is not None: a.add_(g.to(a.dtype))
+            _backward_each(loss, params, on_grad)
             value += float(loss.detach())
+    return float(all_sum(torch.tensor(value, dtype=torch.float64))) if split else value
+
+def _add_into(a:torch.Tensor, g:torch.Tensor, n:int=2**20):
+    "a += g, `n` elements at a time when the dtypes differ (an in-place add across dtypes makes a converted copy of the whole of g)."
+    if a.dtype == g.dtype or not a.is_contiguous(): return a.add_(g)
+    a, g = a.view(-1), g.reshape(-1)
+    for i in range(0, a.numel(), n): a[i:i + n].add_(g[i:i + n])
+
+def _grads(params:list, terms:list, batch_size:int, smoothing, split:bool=True) -> tuple:
+    "The gradient (float32 or wider, one tensor per parameter) and the value of sum over terms of weight * (mean of term over its data), summed over processes with `split`."
+    acc = [torch.zeros_like(p, dtype=torch.promote_types(p.dtype, torch.float32)) for _, p in params]
+    value = _sweep(params, terms, batch_size, smoothing, lambda i, g: _add_into(acc[i], g), split)
+    if split:
+        for a in acc: a.copy_(all_sum(a))   # one parameter's temporary at a time
     return acc, value
 
 # %% ../../nbs/papers/05_g_effect.ipynb #1143fa7e
@@ -308,10 +340,11 @@ def _objective_terms(obj:Objective, model, forget:dict, retain:dict, ref, idk) -
     elif obj.regularizer == 'gd': terms.append((retain, lambda b: retain_term(model, obj, b, ref), _tokens, obj.weight))
     return terms
 
-def _dots(a:list, b:list, names:list, groups:ParamGroups) -> dict:
-    out = {}
-    for x, y, n in zip(a, b, names): out[groups[n]] = out.get(groups[n], 0.0) + float((x.double() * y.double()).sum())
-    return out
+def _dot(x:torch.Tensor, y:torch.Tensor, n:int=2**20) -> float:
+    "<x, y> in float64, converting at most `n` elements of each at a time (no float64 copy of a whole tensor; none at all for float64)."
+    x, y = x.reshape(-1), y.reshape(-1).to(x.device)
+    if x.dtype == y.dtype == torch.float64: return float(torch.dot(x, y))
+    return sum(float(torch.dot(x[i:i + n].double(), y[i:i + n].double())) for i in range(0, x.numel(), n))
 
 # %% ../../nbs/papers/05_g_effect.ipynb #d8b5da5b
 @result
@@ -335,20 +368,22 @@ def g_effect(model, # A causal LM (its trainable parameters are the ones measure
             ) -> GEffect:
     "The unlearning and retention G-effects of one gradient step of `objective` at `model`'s weights; the model is not changed."
     model = _lm(model)
-    check_causal_lm(model, 'g_effect'); check_batch_size(batch_size)
+    check_causal_lm(model, 'g_effect'); check_in_memory(model, 'g_effect'); check_batch_size(batch_size)
     obj = _resolve(objective)
     ref = model if ref is None else ref
     rf = ref if obj.needs_ref else None
     forget, retain = _check_data('forget', forget, model, rf), _check_data('retain', retain, model, rf)
     params = _params(model); names = [n for n, _ in params]
-    grp = param_groups(model, groups)
+    grp = param_groups(model, groups); order = grp.order; at = [order.index(grp[n]) for n in names]
     with evaluating(model):
         gL, value = _grads(params, _objective_terms(obj, model, forget, retain, ref, idk), batch_size, smoothing)
         cols = {}
         for key, data in (('unlearning', forget), ('retention', retain)):
-            gR, _ = _grads(params, [(data, lambda b: risk_term(model, b), _tokens, 1.0)], batch_size, smoothing)
-            cols[key] = _dots(gL, gR, names, grp); del gR
-    df = pd.DataFrame(cols).reindex(grp.order)
+            dots = [0.0] * len(order)   # <gL, grad R> per group, dotted in as each batch's gradient comes: grad R is never stored
+            def into(i, g): dots[at[i]] += _dot(gL[i], g)
+            _sweep(params, [(data, lambda b: risk_term(model, b), _tokens, 1.0)], batch_size, smoothing, into)
+            cols[key] = all_sum(torch.tensor(dots, dtype=torch.float64)).tolist()
+    df = pd.DataFrame(cols, index=order)
     df.index.name = 'group'
     return GEffect(obj.label, float(df['unlearning'].sum()), float(df['retention'].sum()), df, value)
 
@@ -365,7 +400,7 @@ def instance_g_effects(model, # A causal LM
                       ) -> pd.DataFrame: # One row per forget example: unlearning, retention, loss
     "Instance-wise G-effects: each forget example's objective against the gradients of the forget and retain risks."
     model = _lm(model)
-    check_causal_lm(model, 'instance_g_effects'); check_batch_size(batch_size)
+    check_causal_lm(model, 'instance_g_effects'); check_in_memory(model, 'instance_g_effects'); check_batch_size(batch_size)
     obj = _resolve(objective)
     ref = model if ref is None else ref
     rf = ref if obj.needs_ref else None
@@ -378,13 +413,14 @@ def instance_g_effects(model, # A causal LM
     with evaluating(model):
         risk = [(d, lambda b: risk_term(model, b), _tokens, 1.0) for d in (forget, retain)]
         gu, gr = (_grads(params, [t], batch_size, None)[0] for t in risk)
-        for i in range(len(forget['input_ids'])):
+        for i in range(len(forget['input_ids']))[share(len(forget['input_ids']))]:   # this process's rows
             if not (obj.name == 'idk' or _tokens(_row(forget, i))): continue
             one = _objective_terms(obj, model, _row(forget, i), retain, ref, _row(idk, i) if obj.name == 'idk' else None)
-            gL, value = _grads(params, one, batch_size, None)
-            dot = lambda a, b: sum(float((x.double() * y.double()).sum()) for x, y in zip(a, b))
-            rows.append(dict(example=i, unlearning=dot(gL, gu), retention=dot(gL, gr), loss=value))
-    return pd.DataFrame(rows).set_index('example')
+            e = [0.0, 0.0]   # the row's gradient is dotted into gu and gr as it comes, never stored
+            def into(j, g): e[0] += _dot(gu[j], g); e[1] += _dot(gr[j], g)
+            value = _sweep(params, one, batch_size, None, into, split=False)
+            rows.append(dict(example=i, unlearning=e[0], retention=e[1], loss=value))
+    return pd.DataFrame(gather_rows(rows), columns=['example', 'unlearning', 'retention', 'loss']).set_index('example')
 
 # %% ../../nbs/papers/05_g_effect.ipynb #0f2c1611
 @torch.no_grad()

@@ -75,9 +75,10 @@ bench: setup
 	$(PY) benchmarks/bench_hooks.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_trackstar.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_trackstar_memory.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_trackstar_bergson.py $(if $(BERGSON),--bergson $(BERGSON))   # BERGSON=python of a venv with bergson (see the script); interpkit alone without one
 
-# every entry point's memory and time on a random ~1B Llama in bfloat16 and at the notebooks' scale (issue 52); about 5 minutes on 2 cores
+# every entry point's memory and time on a random ~1B Llama in bfloat16 and at the notebooks' scale, checked against the documented costs; the tables are recorded in benchmarks/results/ (shown on the "At scale" page); about 10 minutes on 2 cores
 bench-scale: setup
 	$(PY) -m pip install -q nnsight torch==2.13.0   # nnsight's capture and patching side by side (it changes nothing else in the environment)
-	$(PY) benchmarks/bench_scale.py --size 1b --nnsight $(PY)
-	$(PY) benchmarks/bench_scale.py --size 135m --nnsight $(PY)
+	$(PY) benchmarks/bench_scale.py --size 1b --nnsight $(PY) --json benchmarks/results/scale-1b-cpu.json; a=$$?; \
+	$(PY) benchmarks/bench_scale.py --size 135m --nnsight $(PY) --json benchmarks/results/scale-135m-cpu.json; b=$$?; exit $$((a || b))   # both tables, then fail if a cost is off

@@ -32,12 +32,16 @@ NNSIGHT_ROWS = ['nnsight capture (every resid_post)', 'nnsight patch (one resid_
 
 # Each documented cost: row -> (the page that states it, the words it states it in, the figure in bytes beside the reference pass's own
 # peak, as a function of the sizes: P parameters, b bytes per parameter element, B rows, T tokens per row, d width, L layers, I MLP width,
-# V vocabulary, K key-value width). tests/test_tools.py checks that each page says what this table says.
+# V vocabulary, K key-value width[, the reference row it adds to, when not the row's own reference]). tests/test_tools.py checks that each
+# page says what this table says.
 COSTS = {
     'capture (every resid_post)': ('nbs/core/02_hooks.ipynb', 'one (batch, tokens, d_model) activation per site', lambda s: s.L * s.B * s.T * s.d * s.b),
     'patch (one resid_post)': ('nbs/core/02_hooks.ipynb', 'holds nothing beyond the forward pass', lambda s: 0),
     'capture_grads': ('nbs/core/02_hooks.ipynb', 'one gradient per site beside the activations autograd keeps anyway, and no parameter gradients', lambda s: s.L * s.B * s.T * s.d * s.b - s.P * s.b),
     'generate_greedy (8 tokens)': ('nbs/core/01_models.ipynb', 'each new token adds its keys and values', lambda s: 2 * s.L * s.B * s.K * s.b * 8),
+    'g_effect': ('nbs/papers/05_g_effect.ipynb', "holds one float32 copy of the trainable parameters' gradients", lambda s: max(4, s.b) * s.P - s.b * s.P),
+    'trackstar.example_grads': ('nbs/papers/10_trackstar.ipynb', 'what autograd keeps for one backward pass over B = `batch_size` rows of T tokens',
+                                lambda s: 4 * s.L * s.B * s.T * (9 * s.d + 4 * s.I) + 2 * s.B * (s.T - 1) * s.V * s.b + 4 * s.B * 7 * s.L * 16 * 16, 'forward'),
     'logits_at (last)': ('nbs/core/01_models.ipynb', 'the vocabulary projection at the positions asked for only', lambda s: -(s.T - 1) * s.B * s.V * s.b),
 }
 
@@ -162,9 +166,15 @@ def child(a):
 def documented(row, table):
     "(the documented peak of `row` in bytes: its formula plus the measured peak of its reference row, or None; the reference row's name)."
     d = table.get(row)
-    if row not in COSTS or d is None or d['ref'] not in table: return None, None
+    if row not in COSTS or d is None: return None, None
+    ref = reference_of(row)
+    if ref not in table: return None, None
     s = argparse.Namespace(**d['sizes'])
-    return COSTS[row][2](s) + table[d['ref']]['peak_bytes'], d['ref']
+    return COSTS[row][2](s) + table[ref]['peak_bytes'], ref
+
+def reference_of(row):
+    "The reference row a documented cost adds to: its own in COSTS, else the row's timing reference."
+    return COSTS[row][3] if row in COSTS and len(COSTS[row]) > 3 else 'forward_backward' if row in GRAD_ROWS else 'forward'
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -176,7 +186,7 @@ def main():
     if a.size is None: a.size = '8b' if a.device == 'cuda' else '1b'
     if a.row: return child(a)
     wanted = [r for r in ROWS + (NNSIGHT_ROWS if a.nnsight else []) if not a.only or any(o in r for o in a.only.split(','))]
-    refs = {'forward_backward' if r in GRAD_ROWS else 'forward' for r in wanted if r in COSTS}   # the reference rows documented figures build on
+    refs = {reference_of(r) for r in wanted if r in COSTS}   # the reference rows documented figures build on
     rows = [r for r in ROWS if r in refs and r not in wanted] + wanted
     table, t_all, bad = {}, time.time(), []
     print(f"bench_scale: a random Llama-style model of size {a.size} in {a.dtype} on {a.device}, {a.rows} rows of {a.tokens} tokens, {a.threads} threads; one process per row")
@@ -190,6 +200,7 @@ def main():
             print(f"{r:36s} FAILED: {(res.stderr.strip().splitlines() or ['?'])[-1][:100]}"); bad.append(r); continue
         d = table[r] = json.loads(line)
         doc, _ = documented(r, table)
+        d['documented_bytes'] = doc
         checked = d['params'] >= 1e8   # below ~100M parameters a few MB of allocator noise outweigh the figures
         flag = '' if doc is None else f"{doc / 2**20:8.0f} MB" + ((' ok' if abs(d['peak_bytes'] - doc) <= 0.25 * max(d['peak_bytes'], doc) else ' !!') if checked else '   ')
         if flag.endswith('!!'): bad.append(r)

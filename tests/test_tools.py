@@ -190,9 +190,10 @@ def test_bench_scale_documented_costs_are_on_their_pages():
     import argparse, importlib.util, json
     spec = importlib.util.spec_from_file_location('bench_scale', Path(__file__).parents[1]/'benchmarks'/'bench_scale.py'); bs = importlib.util.module_from_spec(spec); spec.loader.exec_module(bs)
     root = Path(__file__).parents[1]
-    for row, (page, words, formula) in bs.COSTS.items():
+    for row, (page, words, formula, *ref) in bs.COSTS.items():
         text = ' '.join(''.join(c['source']) for c in json.loads((root/page).read_text())['cells'] if c['cell_type'] == 'markdown')
         assert '**Cost.**' in text and words in ' '.join(text.split()), (row, page, words)
         s = argparse.Namespace(P=10**9, b=2, B=2, T=48, d=2048, L=20, I=5632, V=32000, K=512)
         assert isinstance(formula(s), int), row
+        assert bs.reference_of(row) in ('forward', 'forward_backward') and ref in ([], ['forward'], ['forward_backward']), row
     assert set(bs.COSTS) <= set(bs.ROWS)

@@ -177,7 +177,7 @@ def test_typed_errors(tmp_path, monkeypatch):
     assert issubclass(IndexMismatch, ConfigError) and issubclass(ShardError, ConfigError)
     with pytest.raises(IndexMismatch, match='moments'): idx.search(m, q, moments=fake_moments(m))
     qg = idx.query_grads(m, q)
-    monkeypatch.setattr(ts, '_dist', lambda: (0, 2))  # two processes searching a one-shard index
+    monkeypatch.setattr(ts, 'rank_world', lambda: (0, 2))  # two processes searching a one-shard index
     with pytest.raises(ShardError, match='2 processes search an index of 1 shards'): idx.topk(qg, 3)
     monkeypatch.undo()
     f = tmp_path/'i'/'grads-00000-of-00001.bin'
@@ -380,3 +380,42 @@ def test_shards_with_row_numbers_read_back_in_corpus_order(tmp_path):
     a, b = one.topk(q, 5, W, batch_size=4), t.topk(q, 5, W, batch_size=4)
     assert torch.equal(a.indices, b.indices); torch.testing.assert_close(a.scores, b.scores, atol=1e-7, rtol=1e-6)  # other chunks, other rounding
     assert all(torch.equal(x, y) for k in one.meta['modules'] for x, y in zip(one.projection().mats[k], make_projection(shapes(m), 'two_sided', 2, 2).mats[k]))
+
+GRADS = textwrap.dedent('''
+    import sys, torch, torch.distributed as dist
+    import interpkit.papers.trackstar as ts
+    from interpkit.models import tiny_lm
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo')
+    g = torch.Generator().manual_seed(0)
+    m = tiny_lm('llama', n_layers=2, seed=11)
+    ids = torch.randint(0, 128, (7, 10), generator=g)
+    data = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    proj = ts.grads.make_projection(ts._modules_of(m, None), k_out=2, k_in=3, seed=1)
+    rows, engine = [], ts.per_example_grads
+    def spy(model, batch, *a, **k): rows.append(batch['input_ids'].shape[0]); return engine(model, batch, *a, **k)
+    ts.per_example_grads = spy                                                         # counts the rows this process differentiates
+    G = ts.example_grads(m, data, proj, batch_size=2)
+    mine = list(rows)
+    one = ts.example_grads(m, {k: v[:1] for k, v in data.items()}, proj)               # one row for two processes: rank 0 has none
+    torch.save(dict(G=G, one=one, mine=mine, rows=rows), f'{sys.argv[1]}/{dist.get_rank()}.pt')
+    dist.destroy_process_group()
+''')
+
+def test_two_processes_example_grads_of_one(tmp_path):
+    "`example_grads` under torchrun: each process differentiates its contiguous share of the rows, and both return every row's gradient, as one process does."
+    from interpkit.parallel import launch
+    (tmp_path/'grads.py').write_text(GRADS)
+    launch(tmp_path/'grads.py', tmp_path)
+    g = torch.Generator().manual_seed(0)
+    m = tiny_lm('llama', n_layers=2, seed=11)
+    ids = torch.randint(0, 128, (7, 10), generator=g)
+    data = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    proj = make_projection(linear_modules(m), k_out=2, k_in=3, seed=1)
+    ref = torch.stack([example_grads(m, {k: v[i:i + 1] for k, v in data.items()}, proj)[0] for i in range(7)])   # one row at a time, in this process
+    r0, r1 = (torch.load(tmp_path/f'{r}.pt') for r in (0, 1))
+    assert (r0['mine'], r1['mine']) == ([3], [4])              # rows 0-2 and 3-6: each process did its own share only
+    assert (r0['rows'], r1['rows']) == ([3], [4, 1])           # and the single row was differentiated by rank 1 alone
+    for r in (r0, r1):
+        torch.testing.assert_close(r['G'], ref, atol=1e-6 * float(ref.abs().max()), rtol=1e-5)
+        torch.testing.assert_close(r['one'], ref[:1], atol=1e-6 * float(ref.abs().max()), rtol=1e-5)

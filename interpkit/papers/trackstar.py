@@ -15,12 +15,10 @@ from .. import grads
 from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite, check_int, moved, renamed, require_extra
 from ..grads import LMTask, check_grad_setup, grad_modules, per_example_grads
 from ..hooks import is_linear, weight_matrix
-from ..models import check_batch, check_batch_size, check_causal_lm, evaluating, iter_batches
+from ..models import check_batch, check_batch_size, check_causal_lm, evaluating, iter_batches, model_device
+from ..parallel import all_sum, gather_rows, rank_world, rows_of_mine  # interpkit.parallel imports torch.distributed.fsdp before any process group exists
 from ..results import result
 from ..train import quiet
-# imported after init_process_group, torch.distributed.fsdp (which transformers imports to build a model) keeps references to the default
-# process group, so destroy_process_group cannot free it and gloo's threads abort the process at exit (~5% of two-process runs): import it first
-if torch.distributed.is_available(): import torch.distributed.fsdp  # noqa: F401
 
 # %% auto #0
 __all__ = ['LOSSES', 'STORE_DTYPES', 'example_losses', 'example_grads', 'autocorr', 'inv_sqrt', 'mix', 'blocks_of', 'whiten',
@@ -51,14 +49,23 @@ def example_grads(model:nn.Module, # A causal LM (a `transformers` model or any 
                   moments:dict|None=None, # {parameter name: Adam exp_avg_sq} (or `factor_moments` of them) for the optimizer correction; None: none
                   eps:float=1e-8, # Added to sqrt(v) in the (unfactored) correction
                   modules=None, # Module paths, or a dict from `grad_modules`; None: every linear layer but the output head
-                  batch_size:int=32, # Rows per forward and backward pass
+                  batch_size:int=8, # Rows per forward and backward pass: the working memory grows with batch_size x tokens (see Cost)
                   loss:str='mean', # One of `LOSSES`: each example's mean token loss (TrackStar's), or the sum (bergson's)
                   max_bytes:int=2**28 # Largest size of one module's full per-example gradients held at once (corrected, dense or no projection)
                  ) -> torch.Tensor: # (B, D) on the model's device, float32 (float64 for a float64 model): each module's projected gradient, in model order
-    "Per-example, optimizer-corrected, projected weight gradients of a causal LM: `interpkit.grads.per_example_grads` with an `LMTask` over the linear modules."
+    "Per-example, optimizer-corrected, projected weight gradients of a causal LM: `interpkit.grads.per_example_grads` with an `LMTask` over the linear modules. Under `torch.distributed` each process computes its share of the rows and every process returns all of them."
     check_causal_lm(model, 'example_grads'); check_choice('loss', loss, LOSSES)
     mods = _modules_of(model, modules)
     proj = grads.make_projection(mods) if proj is None else proj
+    mine = rows_of_mine(check_batch(batch))
+    if mine['input_ids'].shape[0]: g = _example_grads(model, mine, proj, moments, eps, mods, batch_size, loss, max_bytes)
+    else:  # more processes than rows: this one has none
+        dims = proj.dims()
+        g = torch.zeros(0, sum(dims[n] or math.prod(grads.grad_shape(m)) for n, m in mods.items()), device=model_device(model), dtype=torch.promote_types(next(model.parameters()).dtype, torch.float32))
+    return gather_rows(g)
+
+def _example_grads(model, batch, proj, moments, eps, mods, batch_size, loss, max_bytes):
+    "`example_grads` of the rows given, in this process alone (what `GradIndex.build` runs on each process's batches)."
     return per_example_grads(model, batch, LMTask(loss), mods, proj, moments, eps, batch_size=batch_size, max_bytes=max_bytes)
 
 # %% ../../nbs/papers/10_trackstar.ipynb #a4b49003
@@ -165,17 +172,6 @@ def _merge_hits(hits:list, top_k:int) -> Hits:
     best, j = s.topk(min(top_k, s.shape[1]), dim=1)
     return Hits(best, i.gather(1, j))
 
-def _dist():
-    "(rank, world size) of the running `torch.distributed` group; (0, 1) without one."
-    d = torch.distributed
-    return (d.get_rank(), d.get_world_size()) if d.is_available() and d.is_initialized() else (0, 1)
-
-def _all_reduce(x:torch.Tensor) -> torch.Tensor:
-    "Sum of `x` over the processes, on the device the backend wants (CUDA for nccl), returned on the CPU."
-    dev = torch.device('cuda', torch.cuda.current_device()) if torch.distributed.get_backend() == 'nccl' else torch.device('cpu')
-    y = x.to(dev); torch.distributed.all_reduce(y)
-    return y.cpu()
-
 # %% ../../nbs/papers/10_trackstar.ipynb #2c7f2ee0
 STORE_DTYPES = {'float32': '<f4', 'float16': '<f2'}
 
@@ -200,7 +196,7 @@ def _accumulate(R, g, blocked, dims):
 def _gather(R, n, sizes, numbered, rank, world, tmp):
     "(R summed over the processes, every process's row count); for a stream, this process's global row numbers are saved in `tmp`."
     if world == 1: return R, [n]
-    R = _all_reduce(R)
+    R = all_sum(R)
     counts = [None] * world; torch.distributed.all_gather_object(counts, (n, sizes))
     if numbered:  # global row numbers from every process's (batch number, size) list
         start, first = 0, {}
@@ -272,7 +268,7 @@ class _IndexFiles:
 
     def _local_shards(self):
         "The shards this process scores: all of them, or under `torch.distributed` its own (one per process, as many as were built)."
-        rank, world = _dist()
+        rank, world = rank_world()
         if world == 1: return None
         if world != len(self.shards): raise ShardError(f"{world} processes search an index of {len(self.shards)} shards.", "As many processes as shards (each scores its own), or one process (it scores them all).",
                                                        f"Launch {len(self.shards)} processes, or search outside torch.distributed.")
@@ -345,7 +341,7 @@ class _IndexSearch(_IndexQueries):
             if unit: gw = F.normalize(gw, dim=1)
             hits = _merge_hits([hits, Hits(qw @ gw.T, ids.to(dev).expand(q.shape[0], -1))], top_k)
         if shards is not None:  # every process's best, merged
-            every = [None] * _dist()[1]; torch.distributed.all_gather_object(every, (hits.scores.cpu(), hits.indices.cpu()))
+            every = [None] * rank_world()[1]; torch.distributed.all_gather_object(every, (hits.scores.cpu(), hits.indices.cpu()))
             hits = _merge_hits([Hits(s.to(dev), i.to(dev)) for s, i in every], top_k)
         return hits
 
@@ -383,7 +379,7 @@ class GradIndex(_IndexSearch):
               overwrite:bool=False, # Replace an existing index at `folder`
               total:int|None=None, # Number of batches, for the progress bar (known when `batches` is a dict)
               progress:bool=True, # Show a progress bar (never under pytest or CI)
-              batch_size:int=32, # Rows per forward and backward pass (larger batches of the iterable are cut too)
+              batch_size:int=8, # Rows per forward and backward pass (larger batches of the iterable are cut too): the working memory grows with batch_size x tokens
               loss:str='mean', # One of `LOSSES`
               dist:str='gaussian', # One of `DISTRIBUTIONS`: the projection's entries
               store_dtype:str='float32', # How gradients are stored: one of `STORE_DTYPES`
@@ -391,7 +387,7 @@ class GradIndex(_IndexSearch):
              ) -> GradIndex:
         "Stream `batches` through `example_grads` into a new index folder, written atomically; R_train is summed in float64. Under `torch.distributed`, every process builds its shard of the same index."
         check_causal_lm(model, 'GradIndex.build'); check_batch_size(batch_size); check_choice('store_dtype', store_dtype, STORE_DTYPES); check_choice('loss', loss, LOSSES)
-        rank, world, folder, mods = *_dist(), Path(folder), _modules_of(model, modules)
+        rank, world, folder, mods = *rank_world(), Path(folder), _modules_of(model, modules)
         if folder.exists() and not overwrite: raise ConfigError(f"{folder} exists.", "build writes a new folder.", "Pass overwrite=True or another folder.")
         proj = projection if isinstance(projection, grads.Projection) else grads.make_projection(mods, projection, k_out, k_in, seed, dist=dist)
         check_grad_setup(mods, proj, moments)  # before any pass or file
@@ -404,7 +400,7 @@ class GradIndex(_IndexSearch):
             with open(tmp/f'{name}.part', 'wb') as f:
                 for item in tqdm(mine, total=total, disable=not progress or quiet() or rank > 0, desc='index'):
                     i, b = item if numbered else (None, item)
-                    g = example_grads(model, b, proj, moments, eps, mods, batch_size, loss, max_bytes)
+                    g = _example_grads(model, b, proj, moments, eps, mods, batch_size, loss, max_bytes)
                     f.write(g.cpu().numpy().astype(STORE_DTYPES[store_dtype]).tobytes()); _accumulate(R, g, blocked, dims)
                     n += g.shape[0]; sizes.append((i, g.shape[0]))
             os.replace(tmp/f'{name}.part', tmp/name)  # a shard is complete or absent

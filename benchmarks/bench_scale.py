@@ -7,7 +7,11 @@ Each row runs in a fresh Python process: the process builds the model in the tar
 build leaves a peak that hides later growth), runs the entry point on a fixed batch, then its reference pass on the same inputs (a
 forward without gradients, or a forward and backward for the gradient methods). It reports the growth of the peak above the
 built model and inputs, during the entry point (CPU: the process's peak resident memory, `ru_maxrss`; CUDA: `torch.cuda.max_memory_allocated`,
-reset after the build) as a multiple of the parameters' bytes, and the time relative to the reference pass. Run it at two
+reset after the build) as a multiple of the parameters' bytes, and the time relative to the reference pass. On the CPU the rows
+run with glibc's `MALLOC_MMAP_THRESHOLD_=65536`, so that blocks a method frees go back to the system and the peak counts what it
+holds; under glibc's default, which keeps freed blocks for reuse, a process's peak can be larger (1.7x for W1 at 1B). Before the
+baseline each process makes one short forward, one LAPACK call and the imports the rows need: their one-time allocations are not
+a method's. Run it at two
 sizes to see how each cost grows with the model.
 
 Each entry point's page states what it holds beyond the model (its **Cost.** paragraph); `COSTS` below restates that figure as a
@@ -27,7 +31,7 @@ SIZES = {  # Llama-style configs: Llama-3-8B's shape (the GPU default), ~1.0B (t
     '135m': dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, vocab_size=49152),
     'tiny': dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=256),
 }
-GRAD_ROWS = {'forward_backward', 'capture_grads', 'trackstar.example_grads', 'g_effect', 'cnl.neuron_attributions'}
+GRAD_ROWS = {'forward_backward', 'capture_grads', 'trackstar.example_grads', 'g_effect', 'cnl.neuron_attributions', 'ted.operational_embeddings'}   # run with autograd on
 NNSIGHT_ROWS = ['nnsight capture (every resid_post)', 'nnsight patch (one resid_post)']
 
 # Each documented cost: row -> (the page that states it, the words it states it in, the figure in bytes beside the reference pass's own
@@ -37,11 +41,19 @@ NNSIGHT_ROWS = ['nnsight capture (every resid_post)', 'nnsight patch (one resid_
 COSTS = {
     'capture (every resid_post)': ('nbs/core/02_hooks.ipynb', 'one (batch, tokens, d_model) activation per site', lambda s: s.L * s.B * s.T * s.d * s.b),
     'patch (one resid_post)': ('nbs/core/02_hooks.ipynb', 'holds nothing beyond the forward pass', lambda s: 0),
-    'capture_grads': ('nbs/core/02_hooks.ipynb', 'one gradient per site beside the activations autograd keeps anyway, and no parameter gradients', lambda s: s.L * s.B * s.T * s.d * s.b - s.P * s.b),
+    'capture_grads': ('nbs/core/02_hooks.ipynb', 'one gradient per site beside the activations autograd keeps anyway, and no parameter gradients', lambda s: s.L * s.B * s.T * (8 * s.d + 7 * s.d * s.b + 4 * s.I * s.b) + s.B * s.T * s.V * (s.b + 4) + s.L * s.B * s.T * s.d * s.b, 'forward'),
     'generate_greedy (8 tokens)': ('nbs/core/01_models.ipynb', 'each new token adds its keys and values', lambda s: 2 * s.L * s.B * s.K * s.b * 8),
     'g_effect': ('nbs/papers/05_g_effect.ipynb', "holds one float32 copy of the trainable parameters' gradients", lambda s: max(4, s.b) * s.P - s.b * s.P),
     'trackstar.example_grads': ('nbs/papers/10_trackstar.ipynb', 'what autograd keeps for one backward pass over B = `batch_size` rows of T tokens',
                                 lambda s: 4 * s.L * s.B * s.T * (9 * s.d + 4 * s.I) + 2 * s.B * (s.T - 1) * s.V * s.b + 4 * s.B * 7 * s.L * 16 * 16, 'forward'),
+    'sae.stream_activations': ('nbs/core/06_sae.ipynb', '4BTd − BTVb bytes beside a forward', lambda s: 4 * s.B * s.T * s.d - s.B * s.T * s.V * s.b),
+    'wasserstein.neuron_scores': ('nbs/papers/19_wasserstein.ipynb', 'n·L·(2I + d)·b bytes', lambda s: s.B * s.T * s.L * (2 * s.I + s.d) * s.b),
+    'cnl.neuron_attributions': ('nbs/papers/13_cnl.ipynb', '4d·b + 5I·b) + 12·B·T·I + 4·B·L·I bytes beside a forward',
+                                lambda s: s.B * s.T * s.L * (8 * s.d + 4 * s.d * s.b + 5 * s.I * s.b) + 12 * s.B * s.T * s.I + 4 * s.B * s.L * s.I, 'forward'),
+    'safety_heads.ships (4 heads)': ('nbs/papers/07_safety_heads.ipynb', "holds the key-value cache of the queries' prefix and a few float64 next-token distributions",
+                                     lambda s: 40 * s.B * s.V),
+    'ted.operational_embeddings': ('nbs/papers/08_ted.ipynb', 'the activations autograd keeps for the gradient at the input embeddings of one batch, and nothing per parameter',
+                                   lambda s: s.L * s.B * s.T * (8 * s.d + (2 * s.d + 2 * s.K + 3 * s.I) * s.b) + 8 * s.B * (s.T // 4) * s.V, 'forward'),
     'logits_at (last)': ('nbs/core/01_models.ipynb', 'the vocabulary projection at the positions asked for only', lambda s: -(s.T - 1) * s.B * s.V * s.b),
 }
 
@@ -116,6 +128,15 @@ def entry_point(name, model, tokenizer, batch):
     def w1():
         from interpkit.papers.wasserstein import neuron_scores
         neuron_scores(model, {k: batch[k] for k in ('input_ids', 'attention_mask')})
+    def sae_stream():
+        from interpkit.sae import stream_activations
+        for _ in stream_activations(model, [{k: batch[k] for k in ('input_ids', 'attention_mask')}], resid_post(L // 2)): pass
+    def ted():
+        from interpkit.papers.ted import EditOutputs, operational_embeddings
+        rows = batch['input_ids']; T = rows.shape[1]
+        n_out = T // 4; n_q = (T - n_out - 21) // 2; n_r = T - n_out - 21 - n_q   # the control prompt's template is 21 word tokens: T tokens per row in all
+        data = EditOutputs([words(r[:n_q]) for r in rows], [words(r[n_q:n_q + n_r]) for r in rows], [''] * len(rows), {'w1': [words(r[-n_out:]) for r in rows]})
+        operational_embeddings(model, data, tokenizer, batch_size=len(rows))
     def ships():
         from interpkit.papers.safety_heads import ships as ships_
         ships_(model, {k: batch[k] for k in ('input_ids', 'attention_mask')}, heads=[(0, h) for h in range(4)])
@@ -132,10 +153,12 @@ def entry_point(name, model, tokenizer, batch):
         'cnl.neuron_attributions': cnl,
         'wasserstein.neuron_scores': w1,
         'safety_heads.ships (4 heads)': ships,
+        'sae.stream_activations': sae_stream,
+        'ted.operational_embeddings': ted,
     }[name]
 
 ROWS = ['forward', 'forward_backward', 'capture (every resid_post)', 'patch (one resid_post)', 'capture_grads', 'logits_at (last)',
-        'generate_greedy (8 tokens)', 'trackstar.example_grads', 'g_effect', 'cnl.neuron_attributions', 'wasserstein.neuron_scores',
+        'generate_greedy (8 tokens)', 'trackstar.example_grads', 'g_effect', 'cnl.neuron_attributions', 'wasserstein.neuron_scores', 'sae.stream_activations', 'ted.operational_embeddings',
         'safety_heads.ships (4 heads)']
 
 def child(a):
@@ -148,6 +171,9 @@ def child(a):
     point = (lambda n, m, t, b: nnsight_point(n, m, b)) if a.row in NNSIGHT_ROWS else entry_point
     ref, fn = point(ref_name, model, tokenizer, batch), point(a.row, model, tokenizer, batch)
     with torch.no_grad(): model(input_ids=batch['input_ids'][:1, :4])   # warm-up on 4 tokens: the first pass's lazy allocations (thread pools, kernels) are not the method's
+    torch.linalg.svd(torch.randn(8, 8, dtype=torch.float64)); torch.linalg.eigh(torch.eye(8, dtype=torch.float64))   # LAPACK's first call (~8 MB) neither
+    if a.row not in NNSIGHT_ROWS:   # nor the imports of the modules the rows call (~45 MB at 135m)
+        import interpkit.sae, interpkit.papers.trackstar, interpkit.papers.g_effect, interpkit.papers.cnl, interpkit.papers.wasserstein, interpkit.papers.safety_heads, interpkit.papers.ted  # noqa: F401
     if a.device == 'cuda': torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
     base = peak_bytes(a.device)   # the peak only grows: the row runs first, its reference after it (time only; its memory is its own row's)
     t0 = time.perf_counter()
@@ -194,7 +220,7 @@ def main():
     for r in rows:
         python = a.nnsight if r in NNSIGHT_ROWS else sys.executable
         res = subprocess.run([python, __file__, '--row', r] + [f'--{k}={v}' for k, v in vars(a).items() if k not in ('row', 'only', 'json', 'nnsight')],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, env={**os.environ, 'MALLOC_MMAP_THRESHOLD_': '65536'})   # glibc hands freed blocks back: the peak counts what is held
         line = next((l for l in res.stdout.splitlines() if l.startswith('{')), None)
         if res.returncode or line is None:
             print(f"{r:36s} FAILED: {(res.stderr.strip().splitlines() or ['?'])[-1][:100]}"); bad.append(r); continue

@@ -53,23 +53,41 @@ def all_sum(x:torch.Tensor # A tensor every process holds, of the same shape
     torch.distributed.all_reduce(y)
     return y.to(x.device)
 
-def gather_rows(x # This process's rows: a tensor (rows first) or a list
-               ): # Every process's rows in rank order, concatenated: a tensor on `x`'s device, or a list; `x` itself without a group
-    "The rows of every process, concatenated in rank order (each process may hold a different number of rows)."
+def _gather_tensors(x, w):
+    "{key: every process's rows in rank order} of `x`, a {key: tensor} or None (no rows here), through the backend's all_gather."
+    meta = [None] * w
+    torch.distributed.all_gather_object(meta, None if x is None else {k: (v.shape[0], tuple(v.shape[1:]), v.dtype) for k, v in x.items()})
+    have = [m for m in meta if m is not None]
+    if not have: return None
+    if any(m.keys() != have[0].keys() or any(m[k][1:] != have[0][k][1:] for k in m) for m in have):
+        raise ShapeError(f"The processes hold rows of shapes and dtypes {[None if m is None else {k: v[1:] for k, v in m.items()} for m in meta]}.", "Rows of one shape and dtype in every process.", "Gather the same quantity in every process.")
+    dev, out = _backend_device(), {}
+    for k, (_, shape, dtype) in have[0].items():
+        most = max(m[k][0] if m else 0 for m in meta)
+        y = torch.zeros((most, *shape), dtype=dtype, device=dev)   # all_gather wants equal shapes: pad to the longest share
+        if x is not None: y[:x[k].shape[0]] = x[k].detach()
+        parts = [torch.empty_like(y) for _ in range(w)]
+        torch.distributed.all_gather(parts, y)
+        out[k] = torch.cat([p[:m[k][0]] for p, m in zip(parts, meta) if m is not None])
+    return out
+
+def gather_rows(x # This process's rows: a tensor (rows first), a dict of such tensors, a list, or None for a process that has no rows
+               ): # Every process's rows in rank order, concatenated, of `x`'s type (on its device); `x` itself without a group
+    "The rows of every process, concatenated in rank order (each process may hold a different number of rows, or none)."
     w = rank_world()[1]
     if w == 1: return x
-    if not torch.is_tensor(x):
+    if isinstance(x, list):
         parts = [None] * w
         torch.distributed.all_gather_object(parts, list(x))
         return [r for p in parts for r in p]
-    counts = [None] * w
-    torch.distributed.all_gather_object(counts, (x.shape[0], tuple(x.shape[1:]), x.dtype))
-    if len({c[1:] for c in counts}) > 1: raise ShapeError(f"The processes hold rows of shapes and dtypes {sorted({c[1:] for c in counts}, key=str)}.", "Rows of one shape and dtype in every process.", "Gather the same quantity in every process.")
-    most, dev = max(c[0] for c in counts), _backend_device()
-    y = torch.zeros((most, *x.shape[1:]), dtype=x.dtype, device=dev); y[:x.shape[0]] = x.detach()   # all_gather wants equal shapes: pad to the longest share
-    parts = [torch.empty_like(y) for _ in range(w)]
-    torch.distributed.all_gather(parts, y)
-    return torch.cat([p[:c[0]] for p, c in zip(parts, counts)]).to(x.device)
+    if x is not None and not (torch.is_tensor(x) or isinstance(x, dict)): raise ConfigError(f"gather_rows got a {type(x).__name__}.", "A tensor, a dict of tensors, a list or None.", "Gather tensors of rows.")
+    one = torch.is_tensor(x)
+    out = _gather_tensors({'': x} if one else x, w)
+    if out is None: return None
+    src = x if one else next(iter(x.values()), None) if x is not None else None
+    dev = src.device if src is not None else torch.device('cpu')
+    out = {k: v.to(dev) for k, v in out.items()}
+    return out[''] if one or (x is None and list(out) == ['']) else out
 
 # %% ../nbs/core/13_parallel.ipynb #0c1a4b2f
 def launch(script:str, # Path of a Python script that calls `torch.distributed.init_process_group`

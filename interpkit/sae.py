@@ -11,6 +11,7 @@ from torch import nn
 from .errors import ConfigError, ShapeError, check_choice, check_finite, check_int, renamed
 from .hooks import resolve, hooked, layout
 from .models import evaluating, to_model
+from .parallel import gather_rows, rows_of_mine
 from .results import result
 from .train import fit, FitResult
 
@@ -116,6 +117,8 @@ def sae_metrics(sae:SAE, # A sparse autoencoder
 # %% ../nbs/core/06_sae.ipynb #65dd619c
 class _Stop(Exception): "Raised inside a hook to end a forward pass early."
 
+def _n_rows(b:dict) -> int: return next((v.shape[0] for v in b.values() if torch.is_tensor(v) and v.dim()), 0)
+
 @torch.no_grad()
 def stream_activations(model:nn.Module, # The model
                        batches:Iterable, # Token ids (batch, pos), dicts of model inputs, or a 2-D tensor cut into rows of `batch_size`
@@ -134,7 +137,11 @@ def stream_activations(model:nn.Module, # The model
         store['a'] = act.detach()
         if stop_early: raise _Stop
     for b in batches:
-        kw = to_model(model, dict(b) if isinstance(b, Mapping) else {'input_ids': b})
+        b = dict(b) if isinstance(b, Mapping) else {'input_ids': b}
+        if not _n_rows(b): continue
+        b = rows_of_mine(b)   # under torch.distributed: this process's rows of the batch (the chunk is gathered from every process)
+        if not _n_rows(b): yield gather_rows(None); continue
+        kw = to_model(model, b)
         with evaluating(model), hooked([(hp, grab)]):  # only around the forward pass: nothing stays on the model between chunks
             try: model(**kw)
             except _Stop: pass
@@ -144,7 +151,7 @@ def stream_activations(model:nn.Module, # The model
         keep = torch.ones(a.shape[:2], dtype=torch.bool, device=a.device)
         keep[:, :skip_first] = False
         if kw.get('attention_mask') is not None: keep &= kw['attention_mask'].bool().to(a.device)
-        yield a[keep].float().cpu()
+        yield gather_rows(a[keep].float().cpu())
 
 # %% ../nbs/core/06_sae.ipynb #915651e5
 def _batch_maker(data, batch_size:int, buffer:int, d:int):

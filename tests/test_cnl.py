@@ -1530,3 +1530,22 @@ def test_demo_generators_refuse_a_negative_number_of_shots():
         with pytest.raises(ConfigError, match='shots=-1'): make(4, shots=-1)
         assert make(4, shots=0).prompts == make(4, shots=0).prompts and len(make(4, shots=0)) == 4
     assert addition(2, shots=0).prompts[0].count('\n') == 0 and addition(2, shots=2).prompts[0].count('\n') == 2   # 0 and 2 solved lines
+
+@pytest.mark.parametrize('method', ATTRIBUTIONS)
+def test_attributions_freeze_the_parameters_and_put_their_flags_back(tok, method):
+    "Within the call no parameter asks for a gradient (autograd keeps less, no .grad is made); after it, and after an error, each parameter's flag is as it was."
+    m = model()
+    m.model.embed_tokens.weight.requires_grad_(False)   # a partly frozen model keeps its mix
+    flags = [p.requires_grad for p in m.parameters()]
+    seen = []
+    h = m.model.layers[0].register_forward_pre_hook(lambda mod, args: seen.append(any(p.requires_grad for p in m.parameters())))
+    try: s = neuron_attributions(m, tok, word_data(3), method=method, n_steps=2)
+    finally: h.remove()
+    assert seen and not any(seen) and s.scores.abs().sum() > 0
+    assert [p.requires_grad for p in m.parameters()] == flags and all(p.grad is None for p in m.parameters())
+    def boom(mod, args): raise RuntimeError('boom')
+    h = m.model.layers[1].register_forward_pre_hook(boom)
+    try:
+        with pytest.raises(RuntimeError, match='boom'): neuron_attributions(m, tok, word_data(3), method=method, n_steps=2)
+    finally: h.remove()
+    assert [p.requires_grad for p in m.parameters()] == flags

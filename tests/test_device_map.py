@@ -57,3 +57,32 @@ def test_methods_that_need_weights_in_memory_refuse_an_offloaded_model(models):
     ref, off, batch = models
     with untouched(off):
         with pytest.raises(ConfigError, match='parameters are offloaded'): fit(off, [batch], lambda m, b: lm_loss(m, b), steps=1)
+
+def _offloaded_lm(arch, device, dtype, **kw):
+    "The smoke checks' tiny LM with its first block on the CPU and every later block offloaded to disk by accelerate."
+    m = tiny_lm(arch, **kw).to(device=device, dtype=dtype)
+    base, pre = m.base_model, m.base_model_prefix
+    blocks = next((n for n, c in base.named_children() if isinstance(c, torch.nn.ModuleList)), None)
+    if blocks is None: return m
+    dm = {f'{pre}.{n}': 'cpu' for n, c in base.named_children() if n != blocks}
+    dm.update({f'{pre}.{blocks}.{i}': 'cpu' if i == 0 else 'disk' for i in range(len(getattr(base, blocks)))})
+    dm.update({n: 'cpu' for n, _ in m.named_children() if n != pre})
+    return accelerate.dispatch_model(m, device_map=dm, offload_dir=tempfile.mkdtemp())
+
+def test_every_smoke_check_on_offloaded_models_works_or_says_why(monkeypatch):
+    "tools/gpu_smoke.py's checks with every tiny LM spread over the CPU and disk: each passes (forward-only methods), or is refused with a ConfigError that names the offloaded weights (methods that need gradients of the weights or change them); none crashes or returns something else."
+    import sys
+    from pathlib import Path
+    tools = Path(__file__).resolve().parents[1]/'tools'
+    monkeypatch.syspath_prepend(str(tools/'smoke')); monkeypatch.syspath_prepend(str(tools))
+    import _util, gpu_smoke
+    monkeypatch.setattr(_util, 'lm', _offloaded_lm)
+    smoke = {p.stem for p in (tools/'smoke').glob('*.py')} - {'_util'}
+    before = {n: sys.modules.pop(n) for n in smoke if n in sys.modules}   # imported again below, binding the offloading `lm`
+    try: rows = gpu_smoke.run('cpu', [torch.float32])
+    finally:
+        for n in smoke: sys.modules.pop(n, None)
+        sys.modules.update(before)
+    bad = [r for r in rows if not r[3] and not (r[5].startswith('ConfigError') and 'offloaded' in r[5])]
+    assert len(rows) > 80 and not bad, '\n'.join(f"{r[0]}.{r[1]}: {r[5]}" for r in bad)
+    assert sum(r[3] for r in rows) > 60   # most checks run through the offloaded model

@@ -40,6 +40,10 @@ SCRIPT = textwrap.dedent('''
     try: gather_rows(torch.zeros(1, 2 + rank_world()[0]))
     except Exception as e: out['mismatch'] = f'{type(e).__name__}: {e}'
     out['bf16'] = gather_rows(mine.to(torch.bfloat16)).float().tolist()
+    d = gather_rows(None if rank_world()[0] == 1 else dict(a=mine[:, :1], b=mine.long()))   # rank 1 has no rows this time
+    out['dict'] = {k: v.tolist() for k, v in d.items()}
+    out['none'] = gather_rows(None)
+    out['plain_from_none'] = gather_rows(None if rank_world()[0] == 0 else mine).tolist()
     json.dump(out, open(f'{sys.argv[1]}/{dist.get_rank()}.json', 'w'))
     dist.destroy_process_group()
 ''')
@@ -56,6 +60,9 @@ def test_three_processes_sum_and_gather_as_one(tmp_path):
         assert o['int_sum'] == [3, 6] and o['int_dtype'] == 'torch.int32' and o['mine_unchanged']
         assert o['rows'] == (x * 2).tolist() and o['words'] == [f'w{int(v)}' for v in x[:, 0]]
         assert o['bf16'] == x.to(torch.bfloat16).float().tolist()
+        skip1 = torch.cat([x[:2], x[4:]])   # ranks 0 and 2's rows
+        assert o['dict'] == dict(a=skip1[:, :1].tolist(), b=skip1.long().tolist()) and o['none'] is None
+        assert o['plain_from_none'] == x[2:].tolist()
         assert o['mismatch'].startswith('ShapeError') and 'Rows of one shape and dtype' in o['mismatch']
 
 def test_launch_reports_a_failing_script(tmp_path):

@@ -1001,3 +1001,20 @@ def test_templates_lengths_and_tables_that_would_be_misread_are_refused(untouche
     v = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0)); v[1, 2, 0] = float('nan')
     with pytest.raises(NotFiniteError, match='at token 2 has 1 non-finite'): thesaurus(emb_of(v), token=2)
     assert np.isfinite(thesaurus(emb_of(v), token=0).cosine.to_numpy()).all()    # the other tokens are finite: usable
+
+def test_operational_embeddings_take_parameters_out_of_autograd_and_give_them_back(monkeypatch):
+    "Inside the call no parameter requires a gradient (so autograd keeps no linear layer's input); after it, also after an error, each has its own flag again."
+    m, tk = tiny_lm('llama', n_layers=1, seed=0), tiny_tokenizer()
+    m.lm_head.weight.requires_grad_(False)   # a partly frozen model stays partly frozen
+    before = {n: p.requires_grad for n, p in m.named_parameters()}
+    d = EditOutputs(['w1'], ['w2'], ['w3'], {'w4': ['w5 w6']})
+    seen, grads = [], ted._gradients
+    def spy(model, *a):
+        seen.append(any(p.requires_grad for p in model.parameters())); return grads(model, *a)
+    monkeypatch.setattr(ted, '_gradients', spy)
+    e = operational_embeddings(m, d, tk)
+    assert seen == [False] and e.vectors.abs().max() > 0
+    assert {n: p.requires_grad for n, p in m.named_parameters()} == before
+    monkeypatch.setattr(ted, '_gradients', lambda *a: (_ for _ in ()).throw(RuntimeError('boom')))
+    with pytest.raises(RuntimeError, match='boom'): operational_embeddings(m, d, tk)
+    assert {n: p.requires_grad for n, p in m.named_parameters()} == before

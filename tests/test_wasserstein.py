@@ -898,7 +898,7 @@ def test_entry_points_leave_a_training_model_untouched(untouched):
         assert math.isclose(perplexity(m, DATA), ref_ppl, rel_tol=1e-6)
         new = prune_neurons(m, input_hessians(m, DATA, sites), pick_neurons(sc, 'w1', 0.1), 0.5)
         s = sparsify(m, DATA, 0.5, n_experts=1, sites=sites)
-        with pytest.raises(ConfigError): neuron_scores(m, DATA, sites, method='bogus')   # raises after the forward passes
+        with pytest.raises(ConfigError): neuron_scores(m, DATA, sites, method='bogus')   # raises before any forward pass
         with pytest.raises(ConfigError): input_hessians(m, DATA, ['transformer.h.0.mlp'])
         with pytest.raises(ConfigError): perplexity(m, DATA, batch_size=-1)
         with pytest.raises(ConfigError): sparsify(m, DATA, 0.5, n_experts=-1, sites=sites)
@@ -1015,14 +1015,14 @@ def test_w1_quantile_is_chunked_like_exact():
         torch.testing.assert_close(w1_gaussian(x, method, batch_size=2), w1_gaussian(x, method, batch_size=1024), rtol=0, atol=1e-14)
 
 def test_neuron_scores_splits_sites_over_passes_by_max_bytes():
-    "With max_bytes = what two up/gate sites of the real tokens take, the sites are grouped greedily in model order: counted passes."
+    "With max_bytes = what two up/gate sites of the real tokens take (stored in the model's dtype), the sites are grouped greedily in model order: counted passes."
     m = lm()
-    n_tok = int(DATA['attention_mask'].sum())
+    n_tok, b_el = int(DATA['attention_mask'].sum()), 8                     # float64 outputs are kept as they are (8 bytes)
     sizes = [wmat(mod).shape[0] for mod in ffn_linears(m).values()]     # 128, 128, 32 per block
-    cap = 2 * 128 * n_tok * 4
+    cap = 2 * 128 * n_tok * b_el
     groups, cur = [], 0
     for s_ in sizes:
-        b = s_ * n_tok * 4
+        b = s_ * n_tok * b_el
         if cur and cur + b > cap: groups.append(cur); cur = 0
         cur += b
     groups.append(cur)

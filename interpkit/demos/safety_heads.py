@@ -8,7 +8,7 @@ import copy, importlib, re
 import torch
 from ..errors import ConfigError, ShapeError, check_choice, require_extra
 from ..hooks import is_linear, weight_matrix
-from ..models import check_batch_size, check_causal_lm, load_lm, pad_id, pad_right
+from ..models import check_batch_size, check_causal_lm, check_in_memory, load_lm, pad_id, pad_right
 from ..results import StateDict
 from ..train import FitResult, Shipped, Trained, fit, lm_loss, load_asset, seeded
 from ..papers.safety_heads import chat_prompts, generate
@@ -150,6 +150,7 @@ def merge_adapter(model, # A causal LM with the adapted linear layers (nn.Linear
                   scaling:float # alpha / rank
                  ):
     "A copy of `model` with each adapter merged into its weight, W + scaling · B A (W as (out, in)); `model` itself is not changed."
+    check_in_memory(model, 'merge_adapter')
     return _merge_(copy.deepcopy(model), tensors, scaling)
 
 # %% ../../nbs/demos/07_safety_heads.ipynb #3124eb35

@@ -9,7 +9,8 @@ import matplotlib.pyplot as plt, pandas as pd, torch
 from captum.attr import IntegratedGradients
 from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice, check_fraction, check_int, check_seed, moved, renamed
 from ..hooks import capture, capture_grads, layout, mlp_linears, patch, resid_post, resolve, scale, weight_matrix
-from ..models import check_batch_size, evaluating, iter_batches, logits_at, pad_id, pad_right, resolve_lm, to_model
+from ..models import check_batch_size, check_in_memory, evaluating, iter_batches, logits_at, pad_id, pad_right, resolve_lm, to_model
+from ..parallel import gather_rows, rows_of_mine
 from ..results import result
 from ..train import fit
 
@@ -107,10 +108,11 @@ def answer_scores(model, # A causal LM, or its short name, hub id or path
     d, bs = _as_dataset(dataset, 'answer_scores'), check_batch_size(batch_size)
     lps, oks = [], []
     with evaluating(model), torch.no_grad():
-        for chunk in iter_batches(list(range(len(d))), bs):
+        for chunk in iter_batches(rows_of_mine(list(range(len(d)))), bs):   # under torch.distributed: this process's items
             b = encode_answers(tokenizer, d.subset(chunk))
             lp, ok = _score(model, to_model(model, _forward_kwargs(b)), to_model(model, b['labels']))
             lps.append(lp.double().cpu()); oks.append(ok.cpu())
+    lps, oks = gather_rows(lps), gather_rows(oks)   # every process's batches in rank order
     return pd.DataFrame({'logprob': torch.cat(lps).numpy(), 'correct': torch.cat(oks).numpy()})
 
 # %% ../../nbs/papers/13_cnl.ipynb #98350008
@@ -216,6 +218,16 @@ def _ig(model, batch, sites, positions, steps):
     return torch.stack(res, 1), lp
 
 # %% ../../nbs/papers/13_cnl.ipynb #3df07a7d
+@contextlib.contextmanager
+def _frozen(model):
+    "The model's parameters without `requires_grad` within the block (autograd then keeps only what the activations' gradients need), their flags put back after, also on an error."
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        for p, _ in flags: p.requires_grad_(False)
+        yield model
+    finally:
+        for p, r in flags: p.requires_grad_(r)
+
 @renamed(steps='n_steps')
 def neuron_attributions(model, # A causal LM, or its short name, hub id or path
                         tokenizer, # Its tokenizer (None when the model is given by name)
@@ -227,17 +239,19 @@ def neuron_attributions(model, # A causal LM, or its short name, hub id or path
                         n_steps:int=16 # Integration steps of 'ig'
                        ) -> NeuronScores:
     "Each MLP neuron's attribution to the log-probability of each sample's answer."
+    check_in_memory(model, 'neuron_attributions')
     check_choice('method', method, ATTRIBUTIONS); check_choice('positions', positions, POSITIONS)
     model, tokenizer = resolve_lm(model, tokenizer, 'neuron_attributions')
     d, bs = _as_dataset(dataset, 'neuron_attributions'), check_batch_size(batch_size)
     if method == 'ig': check_int('n_steps', n_steps, least=2, todo="Use e.g. n_steps=16.")
     sites = _sites(model, layers)
     scores, lps = [], []
-    with evaluating(model):
-        for chunk in iter_batches(list(range(len(d))), bs):
+    with evaluating(model), _frozen(model):   # no parameter gradient is needed: the inputs that only weight gradients need are not kept
+        for chunk in iter_batches(rows_of_mine(list(range(len(d)))), bs):   # under torch.distributed: this process's samples
             b = encode_answers(tokenizer, d.subset(chunk))
             s, lp = _grad_x_act(model, b, sites, positions) if method == 'grad_x_act' else _ig(model, b, sites, positions, n_steps)
             scores.append(s); lps.append(lp)
+    scores, lps = gather_rows(scores), gather_rows(lps)   # every process's batches in rank order (the lists themselves without a group)
     out = NeuronScores(torch.cat(scores), list(sites), torch.cat(lps), method, positions)
     if not torch.isfinite(out.scores).all(): raise NotFiniteError("Some attributions are not finite.", "Finite activations and gradients.", "Check the model's dtype (try float32) and the data.")
     return out
@@ -412,7 +426,7 @@ def neuron_parameters(model, # A `transformers` model of a known layout
     d = weight_matrix(model.get_submodule(down)).shape[1]
     out = []
     for path, m in mlp_linears(model, layer).items():
-        transposed = weight_matrix(m) is not m.weight  # Conv1D stores (in, out)
+        transposed = weight_matrix(m, m.weight) is not m.weight  # Conv1D stores (in, out); given the weight, no copy is made even for an offloaded layer
         if path == down:
             out.append((m.weight, 0 if transposed else 1, 1))
             continue
@@ -441,6 +455,7 @@ def finetune_neurons(model, # A causal LM (it is copied; the copy is tuned)
                      seed:int=0 # Seed of the batches
                     ) -> tuple: # (tuned copy, `FitResult`)
     "Fine-tune a copy of `model` on `dataset` (the answers' negative log-likelihood), changing only the parameters of `neurons` (gradient masks)."
+    check_in_memory(model, 'finetune_neurons')
     model, tokenizer = resolve_lm(model, tokenizer, 'finetune_neurons')
     d, bs = _as_dataset(dataset, 'finetune_neurons'), check_batch_size(batch_size)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0: raise ConfigError(f"lr={lr!r}.", "A finite positive learning rate.", "Use e.g. lr=1e-3.")

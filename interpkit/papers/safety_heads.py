@@ -10,6 +10,7 @@ import pandas as pd, torch
 import torch.nn.functional as F
 from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, moved
 from ..hooks import ablate_heads, layout
+from ..parallel import gather_rows, rows_of_mine
 from ..models import chat_replies, chat_text, check_batch, check_batch_size, check_causal_lm, encode_left, evaluating, logits_of, prefix_step, to_model
 from ..results import Heads, result
 
@@ -191,14 +192,14 @@ def ships(model, # A causal LM with a known layout
     lay = _layout(model, 'Ships')
     pairs = [(l, h) for l in range(lay.n_layers) for h in range(lay.n_heads)] if heads is None else _head_pairs(model, heads, 'Ships')
     if not pairs: raise ConfigError("ships got no heads to score.", "(layer, head) pairs, or None for every head.", "Pass heads=None or name some heads.")
-    parts = []
+    mine, parts = rows_of_mine(pairs), []   # under torch.distributed, this process's share of the heads
     with evaluating(model), torch.no_grad():
         for run in _runners(model, batch, last_only, batch_size):
             base = run()[0]
-            out = torch.full((base.shape[0], lay.n_layers, lay.n_heads), float('nan'), dtype=torch.float64, device=base.device)
-            for l, h in pairs: out[:, l, h] = kl_div(base, run([(l, h)], how, eps, means)[0])
-            parts.append(out)
-    out = torch.cat(parts)
+            parts.append(torch.stack([kl_div(base, run([(l, h)], how, eps, means)[0]) for l, h in mine]) if mine else base.new_zeros(0, base.shape[0]))
+    kl = gather_rows(torch.cat(parts, 1))   # (heads, queries): every process's heads, in order
+    out = torch.full((kl.shape[1], lay.n_layers, lay.n_heads), float('nan'), dtype=torch.float64, device=kl.device)
+    out[:, [l for l, _ in pairs], [h for _, h in pairs]] = kl.T
     return out.mean(0) if reduce else out
 
 # %% ../../nbs/papers/07_safety_heads.ipynb #b4fe9026
@@ -246,9 +247,10 @@ def sahara(model, # A causal LM with a known layout
         reps = lambda hs: torch.cat([run(hs, how, eps, means, hidden=True)[1] for run in runs])
         base = reps(())
         for _ in range(budget):
-            scores = {c: subspace_angle(base, reps(chosen + [c]), rank) for c in cands if c not in chosen}
-            best = max(scores, key=scores.get)
-            chosen.append(best); angles.append(scores[best])
+            todo = [c for c in cands if c not in chosen]
+            scores = gather_rows([subspace_angle(base, reps(chosen + [c]), rank) for c in rows_of_mine(todo)])   # each process scores its share of the candidates
+            best = max(range(len(todo)), key=scores.__getitem__)   # the first of the best, as in one process
+            chosen.append(todo[best]); angles.append(scores[best])
     return SaharaResult(chosen, angles)
 
 # %% ../../nbs/papers/07_safety_heads.ipynb #dc002eed
@@ -333,18 +335,23 @@ def ablation_outcomes(model, # A causal chat LM with a known layout
     if own is not None and (harmless is None or isinstance(own, str) or len(own) != len(harmless)):
         raise ConfigError(f"own is {'a string' if isinstance(own, str) else f'{len(own)} replies'} for {'no' if harmless is None else len(harmless)} harmless requests.",
                           "One reply of the unablated model per harmless request, or None.", "Pass None to generate them.")
-    own = (run(harmless, ()) if own is None else list(own)) if harmless is not None else None
+    texts = {'harmful': harmful, 'harmless': harmless}   # the generations to make: (set name or None for the model's own, which requests, heads)
+    jobs = ([(None, 'harmless', ())] if harmless is not None and own is None else []) + [(name, 'harmful', hs) for name, hs in head_sets.items()] \
+           + [(name, 'harmless', hs) for name, hs in head_sets.items() if harmless is not None and sizes[name]]
+    made = dict(zip([j[:2] for j in jobs], gather_rows([run(texts[which], hs) for _, which, hs in rows_of_mine(jobs)])))   # each process its share of the jobs
+    own = (made[None, 'harmless'] if own is None else list(own)) if harmless is not None else None
     rows, replies = {}, {}
     for name, hs in head_sets.items():
-        harm = run(harmful, hs)
+        harm = made[name, 'harmful']
         rows[name] = {'heads': sizes[name], 'param fraction': sizes[name] * per_head / total, 'answered harmful': 1 - refusal_rate(harm, judge)}
         replies[name] = {'harmful': harm}
         if own is not None:
-            safe = own if not sizes[name] else run(harmless, hs)
+            safe = own if not sizes[name] else made[name, 'harmless']
             rows[name].update({'refused harmless': refusal_rate(safe, judge), 'harmless changed': replies_changed(safe, own)})
             replies[name]['harmless'] = safe
     return AblationOutcomes(pd.DataFrame.from_dict(rows, orient='index'), replies)
 
+# %% ../../nbs/papers/07_safety_heads.ipynb #4a1eeb9b
 def specificity(outcomes, # An `AblationOutcomes` (or its table) measured with `harmless` requests, with a row of the unablated model
                 base:str='none' # The name of that row (the set with no heads)
                ) -> pd.DataFrame: # One row per other set, most specific first
@@ -360,7 +367,6 @@ def specificity(outcomes, # An `AblationOutcomes` (or its table) measured with `
                         'harmless changed': rest['harmless changed'], 'harmless refusals added': rest['refused harmless'] - b['refused harmless']})
     out['specificity'] = out['refusals removed'] - out['harmless changed']
     return out.sort_values('specificity', ascending=False, kind='stable')
-
 
 # %% ../../nbs/papers/07_safety_heads.ipynb #29eadc64
 _DEMO = ('HARMFUL_TASKS', 'HARMLESS_TASKS', 'REQUEST_TEMPLATES', 'REFUSALS', 'requests', 'train_aligned_lm', 'adapter_tensors', 'merge_adapter',

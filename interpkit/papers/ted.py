@@ -4,12 +4,13 @@
 
 # %% ../../nbs/papers/08_ted.ipynb #eaad40e1
 from __future__ import annotations
-import random, warnings
+import contextlib, random, warnings
 import pandas as pd, torch
 import torch.nn.functional as F
 from ..errors import AssetNotFound, ConfigError, NotFiniteError, SiteError, check_choice, check_finite, check_int, check_template, closest, moved, renamed, require_extra
 from ..hooks import capture_grads
-from ..models import chat_replies, chat_text, check_batch_size, embed, encode_left, evaluating, logits_at, mask_positions, resolve_lm, to_model
+from ..models import chat_replies, chat_text, check_batch_size, check_in_memory, embed, encode_left, evaluating, logits_at, mask_positions, resolve_lm, to_model
+from ..parallel import all_sum, gather_rows, rows_of_mine, share
 from ..results import result
 from ..train import assets_dir
 from ..viz import heatmap
@@ -160,6 +161,16 @@ def _control_prompts(tokenizer, data:EditOutputs) -> list[tuple]:
     return out
 
 # %% ../../nbs/papers/08_ted.ipynb #25b12ce4
+@contextlib.contextmanager
+def _inputs_only(model):
+    "Within the block the model's parameters need no gradient, so autograd keeps only what the gradient at the inputs needs (not every linear layer's input); restored after, also on error."
+    on = [p for p in model.parameters() if p.requires_grad]
+    try:
+        for p in on: p.requires_grad_(False)
+        yield
+    finally:
+        for p in on: p.requires_grad_(True)
+
 def _gradients(model, path:str, prompts:list, targets:list, n_keep:int) -> torch.Tensor:
     "∇ of each row's mean token loss of its target, w.r.t. the input embeddings at its instruction's first `n_keep` tokens: (rows, n_keep, d); row by row, unpadded, where the padded batch is not finite."
     P, L = max(len(p) for p, _ in prompts), max(map(len, targets))
@@ -199,6 +210,7 @@ def operational_embeddings(model, # A causal LM, or its short name, hub id or pa
     check_int('n_keep', n_keep, todo="Use n_keep=4 (the official code's).")
     phrases = data.phrases if phrases is None else check_phrases(phrases)
     model, tokenizer = resolve_lm(model, tokenizer, 'operational_embeddings')
+    check_in_memory(model, 'operational_embeddings')   # offloaded weights are recreated between forwards: their autograd flags could not be put back
     _check_chat(tokenizer, 'operational_embeddings')
     path = _embedding_path(model)
     prompts = _control_prompts(tokenizer, data)
@@ -212,12 +224,13 @@ def operational_embeddings(model, # A causal LM, or its short name, hub id or pa
         items += used; counts.append(len(used))
     d = model.get_input_embeddings().weight.shape[-1]
     total = torch.zeros(len(phrases), n_keep, d)
-    with evaluating(model):
-        for k in range(0, len(items), batch_size):
-            chunk = items[k:k + batch_size]
+    mine = rows_of_mine(items)   # under torch.distributed, this process's share of the (phrase, query) pairs; the sums are added up below
+    with evaluating(model), _inputs_only(model):
+        for k in range(0, len(mine), batch_size):
+            chunk = mine[k:k + batch_size]
             g = _gradients(model, path, [prompts[j] for _, j, _ in chunk], [ids for _, _, ids in chunk], n_keep)
             for (i, _, _), gi in zip(chunk, g): total[i] += gi
-    vectors = check_finite('The operational embeddings', total / torch.tensor(counts, dtype=torch.float32)[:, None, None])
+    vectors = check_finite('The operational embeddings', all_sum(total) / torch.tensor(counts, dtype=torch.float32)[:, None, None])
     return OperationalEmbeddings(list(phrases), vectors, counts)
 
 # %% ../../nbs/papers/08_ted.ipynb #5ec83e82
@@ -521,9 +534,10 @@ def output_similarity(model=None, # A sentence encoder or its name; None: all-Mi
     if not _is_outputs(data): raise ConfigError(f"output_similarity got data={type(data).__name__}.", "The EditOutputs of `edit_outputs`.", "Call output_similarity(None, data) for MiniLM.")
     phrases = data.phrases if phrases is None else check_phrases(phrases)
     if len(phrases) < 2: raise ConfigError(f"output_similarity got {len(phrases)} phrase.", "At least two phrases.", "Pass more phrases.")
-    vecs = {w: F.normalize(embed(model, data.of(w), tokenizer, batch_size=batch_size).float().cpu(), dim=-1) for w in phrases}
-    rows = [(a, b, float((vecs[a] * vecs[b]).sum(-1).mean())) for i, a in enumerate(phrases) for b in phrases[i + 1:]]
-    return pd.DataFrame(rows, columns=['w1', 'w2', 'similarity'])
+    pairs, qs = [(a, b) for i, a in enumerate(phrases) for b in phrases[i + 1:]], share(len(data.queries))   # under torch.distributed, this process's share of the queries
+    vecs = {w: F.normalize(embed(model, data.of(w)[qs], tokenizer, batch_size=batch_size).float().cpu(), dim=-1) for w in phrases} if qs.stop > qs.start else {}
+    cos = torch.stack([(vecs[a] * vecs[b]).sum(-1) for a, b in pairs], 1) if vecs else torch.zeros(0, len(pairs))   # (my queries, pairs)
+    return pd.DataFrame([(a, b, float(c.mean())) for (a, b), c in zip(pairs, gather_rows(cos).T.contiguous())], columns=['w1', 'w2', 'similarity'])
 
 # %% ../../nbs/papers/08_ted.ipynb #8c6befcf
 def plot_thesaurus(th:Thesaurus, # From `thesaurus`

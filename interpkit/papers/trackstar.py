@@ -15,7 +15,7 @@ from .. import grads
 from ..errors import ConfigError, ShapeError, NotFiniteError, check_choice, check_finite, check_int, moved, renamed, require_extra
 from ..grads import LMTask, check_grad_setup, grad_modules, per_example_grads
 from ..hooks import is_linear, weight_matrix
-from ..models import check_batch, check_batch_size, check_causal_lm, evaluating, iter_batches, model_device
+from ..models import check_batch, check_batch_size, check_causal_lm, check_in_memory, evaluating, iter_batches, model_device
 from ..parallel import all_sum, gather_rows, rank_world, rows_of_mine  # interpkit.parallel imports torch.distributed.fsdp before any process group exists
 from ..results import result
 from ..train import quiet
@@ -459,6 +459,7 @@ def tail_patch(model:nn.Module, # A causal LM
                params:list[str]|None=None # Names of the parameters that take the step; None: all of them
               ) -> torch.Tensor: # (Q,) on the model's device: increase in the target's log-probability
     "Tail-patch score: the change of the target's log-probability after one step on the mean loss of `train`; the model is never changed or copied (the step is formed in the gradients' own memory)."
+    check_in_memory(model, 'tail_patch')
     task = LMTask()
     check_causal_lm(model, 'tail_patch'); train, query = task.check(train), task.check(query); check_batch_size(batch_size)
     named = dict(model.named_parameters())

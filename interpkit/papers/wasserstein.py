@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt, numpy as np, pandas as pd, torch
 from torch import nn
 from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice, check_fraction, check_int, moved, renamed
 from ..hooks import capture, layout, linear_modules, mlp_linears, weight_matrix
-from ..models import check_batch_size, check_causal_lm, evaluating, iter_batches, load_lm, to_model
+from ..models import check_batch_size, check_causal_lm, check_in_memory, evaluating, iter_batches, load_lm, to_model
+from ..parallel import gather_rows, rows_of_mine
 from ..results import DictView, result
 from ..train import lm_loss
 
@@ -44,6 +45,23 @@ def standardize(values:torch.Tensor # (n, d): n samples of d neurons
     return (x - mu) / sd
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #6f47bfd2
+def _sort0(x:torch.Tensor) -> torch.Tensor:
+    "The columns of `x` sorted (numpy's sort on the CPU: several times faster than torch's along dim 0)."
+    return torch.from_numpy(np.sort(x.numpy(), axis=0)) if x.device.type == 'cpu' else x.sort(0).values
+
+def _w1_sorted(z:torch.Tensor, method:str) -> torch.Tensor:
+    "W1 to N(0, 1) of each column of `z`: standardised samples, sorted along dim 0."
+    n = z.shape[0]
+    if method == 'quantile':
+        u = (torch.arange(1, n + 1, dtype=z.dtype, device=z.device) - 0.5) / n
+        return (z - torch.special.ndtri(u)[:, None]).abs().mean(0)
+    c = (torch.arange(1, n, dtype=z.dtype, device=z.device) / n)[:, None]      # F_n on [z_(i), z_(i+1)), i = 1..n-1
+    a, b = z[:-1], z[1:]
+    t = torch.special.ndtri(c).expand_as(a).clamp(a, b)                           # where Φ crosses the level, clipped to the segment
+    Gz, Gt = _G(z), _G(t)
+    inner = c * (2 * t - a - b) - 2 * Gt + Gz[:-1] + Gz[1:]                      # ∫_a^t (c - Φ) + ∫_t^b (Φ - c)
+    return inner.sum(0) + Gz[0] + (Gz[-1] - z[-1])                                # plus the two tails
+
 @renamed(chunk='batch_size')
 def w1_gaussian(values:torch.Tensor, # (n, d): n samples of each of d neurons (a 1-D tensor is one neuron)
                 method:str='exact', # 'exact': ∫|F_n - Φ| in closed form; 'quantile': mean |z_(i) - Φ⁻¹((i - ½)/n)|
@@ -54,19 +72,7 @@ def w1_gaussian(values:torch.Tensor, # (n, d): n samples of each of d neurons (a
     one = values.dim() == 1
     values = values[:, None] if one else values
     if values.dim() != 2: raise ShapeError(f"values of shape {tuple(values.shape)}.", "(samples,) or (samples, neurons).", "Flatten batch and position into the first dimension.")
-    n, out = values.shape[0], []
-    for j in range(0, values.shape[1], batch_size):
-        z = standardize(values[:, j:j+batch_size]).sort(0).values
-        if method == 'quantile':
-            u = (torch.arange(1, n + 1, dtype=z.dtype, device=z.device) - 0.5) / n
-            out.append((z - torch.special.ndtri(u)[:, None]).abs().mean(0)); continue
-        c = (torch.arange(1, n, dtype=z.dtype, device=z.device) / n)[:, None]      # F_n on [z_(i), z_(i+1)), i = 1..n-1
-        a, b = z[:-1], z[1:]
-        t = torch.special.ndtri(c).expand_as(a).clamp(a, b)                           # where Φ crosses the level, clipped to the segment
-        Gz, Gt = _G(z), _G(t)
-        inner = c * (2 * t - a - b) - 2 * Gt + Gz[:-1] + Gz[1:]                      # ∫_a^t (c - Φ) + ∫_t^b (Φ - c)
-        out.append(inner.sum(0) + Gz[0] + (Gz[-1] - z[-1]))                           # plus the two tails
-    w = torch.cat(out)
+    w = torch.cat([_w1_sorted(_sort0(standardize(values[:, j:j+batch_size])), method) for j in range(0, values.shape[1], batch_size)])
     return w[0] if one else w
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #483c9b38
@@ -105,8 +111,8 @@ def _forward(model, batch):
     model(**b, use_cache=False) if getattr(getattr(model, 'config', None), 'use_cache', None) is not None else model(**b)
 
 def _tokens(act, mask):
-    "(batch, pos, d) -> (real tokens, d)."
-    act = act.reshape(-1, act.shape[-1]) if mask is None else act[mask.to(act.device).bool()]
+    "(batch, pos, d) -> (real tokens, d); a view where every position is real."
+    act = act.reshape(-1, act.shape[-1]) if mask is None or bool(mask.all()) else act[mask.to(act.device).bool()]
     return act
 
 def collect(model:nn.Module, # The model (left as it was)
@@ -116,14 +122,17 @@ def collect(model:nn.Module, # The model (left as it was)
             batch_size:int=8, # Rows per forward pass
             inputs:bool=False # Collect the layers' inputs instead of their outputs
            ):
-    "Run `model` over `data` in batches and hand each linear site's per-token outputs (or inputs) to `on_batch`."
+    "Run `model` over `data` in batches and hand each linear site's per-token outputs (or inputs) to `on_batch`; under `torch.distributed` each process runs its rows of each batch and `on_batch` gets every process's."
     check_batch_size(batch_size)
     data = _rows(data)
     paths = [p + (':in' if inputs else '') for p in sites]
     with evaluating(model), torch.no_grad(), capture(model, paths) as cache:
         for b in iter_batches(data, batch_size):
-            _forward(model, b)
-            on_batch({s: _tokens(cache[p], b.get('attention_mask')) for s, p in zip(sites, paths)})
+            b, outs = rows_of_mine(b), None   # this process's rows of the batch (all of them without a process group)
+            if len(b['input_ids']):
+                _forward(model, b)
+                outs = {s: _tokens(cache.pop(p), b.get('attention_mask')) for s, p in zip(sites, paths)}   # popped: the cache keeps no second copy
+            on_batch(gather_rows(outs))
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #3f223e67
 PICKS = ('w1', 'mean', 'variance', 'magnitude', 'random')
@@ -133,42 +142,50 @@ def neuron_scores(model:nn.Module, # A model; never changed
                   sites=None, # Module paths of linear layers; None: every FFN linear (`ffn_linears`)
                   batch_size:int=8, # Rows per forward pass
                   method:str='exact', # How W1 is computed (see `w1_gaussian`)
-                  max_bytes:int=2**31 # Stored outputs per pass at most: sites are split over several passes beyond it
+                  max_bytes:int=2**31 # Stored outputs (in the model's dtype) per pass at most: sites are split over several passes beyond it
                  ) -> pd.DataFrame: # One row per neuron: site, neuron, w1, mean, std, kurtosis, weight_norm
     "Per output neuron of each linear site: W1 of its standardised pre-activation distribution to N(0, 1), its mean, std, excess kurtosis and weight-row norm."
+    check_choice('method', method, ('exact', 'quantile'))
     model = load_lm(model)[0]   # a loaded model passes through as it is
     mods = _sites(model, sites)
     data = _rows(data)
     n_tok = int(data['attention_mask'].sum()) if 'attention_mask' in data else data['input_ids'].numel()
     groups, cur, size = [], [], 0
     for p, m in mods.items():
-        d = weight_matrix(m).shape[0] * n_tok * 4
+        d = weight_matrix(m).shape[0] * n_tok * weight_matrix(m).element_size()
         if cur and size + d > max_bytes: groups.append(cur); cur, size = [], 0
         cur.append(p); size += d
     groups.append(cur)
     frames = []
     for g in groups:
         kept = {p: [] for p in g}
-        collect(model, data, g, lambda outs: [kept[p].append(o.float().cpu()) for p, o in outs.items()], batch_size)
-        frames += [_score_frame(p, torch.cat(kept.pop(p)), mods[p], method) for p in g]
+        collect(model, data, g, lambda outs: [kept[p].append(o.detach().cpu()) for p, o in outs.items()], batch_size)
+        frames += [_score_frame(p, kept.pop(p), mods[p], method) for p in g]
     return pd.concat(frames, ignore_index=True)
 
-def _score_frame(site, y, module, method='exact'):
-    "One site's rows of `neuron_scores`, from its outputs y (tokens, d_out) and the linear layer; a constant (dead) neuron gets NaN W1 and kurtosis, with a warning."
-    y = y.detach()
-    sd = y.double().std(0, unbiased=False)
-    live = sd > 1e-12 * y.double().abs().amax(0).clamp_min(1e-300)   # `standardize`'s test of a constant column
-    w1, kurt = torch.full((y.shape[1],), math.nan, dtype=torch.float64), torch.full((y.shape[1],), math.nan, dtype=torch.float64)
-    if live.any():
-        w1[live.cpu()] = w1_gaussian(y[:, live], method).cpu()
-        kurt[live.cpu()] = ((standardize(y[:, live]) ** 4).mean(0) - 3).cpu()
-    if not live.all():
-        dead = (~live).nonzero().flatten().tolist()
+def _row_norms(w:torch.Tensor, max_bytes:int=2**22) -> torch.Tensor:
+    "The float64 norm of each row of `w`, a block of rows of at most `max_bytes` in float64 at a time (no float64 copy of the whole matrix)."
+    r = max(1, max_bytes // (8 * w.shape[1]))
+    return torch.cat([w[i:i+r].double().norm(dim=1).cpu() for i in range(0, w.shape[0], r)])
+
+def _score_frame(site, y, module, method='exact', batch_size=1024):
+    "One site's rows of `neuron_scores`, from its outputs y (tokens, d_out; or a list of such chunks, emptied), `batch_size` neurons at a time in float64, and the linear layer; a constant (dead) neuron gets NaN W1 and kurtosis, with a warning."
+    if isinstance(y, list): y, _ = (y[0] if len(y) == 1 else torch.cat(y)), y.clear()
+    d = y.shape[1]
+    w1, kurt, mean, sd = (torch.full((d,), math.nan, dtype=torch.float64) for _ in range(4))
+    for j in range(0, d, batch_size):
+        x, cols = y[:, j:j+batch_size].detach().cpu().double(), slice(j, j + batch_size)
+        mean[cols], sd[cols] = x.mean(0), x.std(0, unbiased=False)
+        live = sd[cols] > 1e-12 * x.abs().amax(0).clamp_min(1e-300)   # `standardize`'s test of a constant column
+        if not live.any(): continue
+        z = (x[:, live] - mean[cols][live]) / sd[cols][live]   # `standardize`, its mean and std computed once
+        kurt[cols][live] = (z ** 4).mean(0) - 3
+        w1[cols][live] = _w1_sorted(_sort0(z), method)
+    if w1.isnan().any():
+        dead = w1.isnan().nonzero().flatten().tolist()
         warnings.warn(f"{site}: {len(dead)} neuron(s) are constant over the data (e.g. {dead[:5]}): their W1 and kurtosis are NaN (a pick by 'w1' leaves them out).", UserWarning, stacklevel=3)
-    w = weight_matrix(module).detach().double().norm(dim=1).cpu()
-    return pd.DataFrame({'site': site, 'neuron': np.arange(y.shape[1]), 'w1': w1.numpy(),
-                         'mean': y.double().mean(0).cpu().numpy(), 'std': sd.cpu().numpy(),
-                         'kurtosis': kurt.numpy(), 'weight_norm': w.numpy()})
+    return pd.DataFrame({'site': site, 'neuron': np.arange(d), 'w1': w1.numpy(), 'mean': mean.numpy(), 'std': sd.numpy(),
+                         'kurtosis': kurt.numpy(), 'weight_norm': _row_norms(weight_matrix(module).detach()).numpy()})
 
 # %% ../../nbs/papers/19_wasserstein.ipynb #8fcd2617
 @result(eq=False)
@@ -326,6 +343,7 @@ def prune_neurons(model:nn.Module, # A model; never changed
                   **kwargs # Passed to `sparsegpt` (n_m, blocksize, percdamp)
                  ) -> nn.Module: # A pruned copy of `model`
     "A copy of `model` in which only the picked rows (neurons) of each site are pruned with SparseGPT."
+    check_in_memory(model, 'prune_neurons')
     model = load_lm(model)[0]   # a loaded model passes through as it is
     missing = [s for s in picks if s not in hessians]
     if missing: raise ConfigError(f"No Hessian for {missing[:3]}.", "A Hessian for every site in picks.", "Compute them with `input_hessians(model, data, sites=list(picks))`.")
@@ -505,6 +523,7 @@ def sparsify(model:nn.Module, # A model; never changed
              **kwargs # Passed to `sparsegpt` (blocksize, percdamp)
             ) -> Sparsified:
     "Sparsify the sites of a copy of `model` layer by layer, each from the inputs it gets once the layers before it are sparsified: one SparseGPT weight per site (n_experts=1), or Sparse Expansion (more)."
+    check_in_memory(model, 'sparsify')
     model = load_lm(model)[0]   # a loaded model passes through as it is
     _check_sparsity(sparsity, n_m)
     check_batch_size(batch_size)

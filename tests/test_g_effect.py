@@ -937,3 +937,15 @@ def test_g_effect_holds_one_gradient_at_a_time_and_keeps_grads(monkeypatch):
     assert all(p.grad is g for p, g in zip(ps, mine)) and all(bool((g == 7).all()) for g in mine)
     for k in ('unlearning', 'retention', 'loss'): assert getattr(got, k) == pytest.approx(getattr(want, k), rel=1e-12), k
     pd.testing.assert_frame_equal(got.groups, want.groups, rtol=1e-10)
+
+def test_chunked_dot_and_add_cover_every_element_in_float64():
+    "The G-effect's dots and accumulations go `n` elements at a time (no whole-tensor copies): every element counts, and the dot sums in float64."
+    from interpkit.papers.g_effect import _add_into, _dot
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(7, 3, generator=g), torch.randn(7, 3, generator=g)
+    for n in (1, 2, 4, 5, 21, 2**20):
+        assert abs(_dot(x, y, n=n) - float((x.double() * y.double()).sum())) < 1e-12
+        a = torch.zeros(7, 3, dtype=torch.float32); _add_into(a, y.to(torch.bfloat16), n=n)
+        assert torch.equal(a, y.to(torch.bfloat16).float())
+    big = torch.tensor([1e8, 1., -1e8, 1.])   # float32 sums lose the ones
+    assert _dot(big, torch.ones(4), n=4) == 2.0 and _dot(big, torch.ones(4), n=1) == 2.0

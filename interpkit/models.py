@@ -14,9 +14,9 @@ from .errors import ConfigError, ModelNotAvailable, NotFiniteError, ShapeError, 
 # %% auto #0
 __all__ = ['TINY_ARCHS', 'OFFLINE_LMS', 'OFFLINE_ENCODERS', 'tiny_config', 'tiny_lm', 'word_vocab', 'word_tokenizer',
            'tiny_tokenizer', 'model_device', 'model_dtype', 'to_model', 'logits_of', 'last_hidden_of', 'vocab_size',
-           'position_limit', 'check_token_ids', 'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'check_causal_lm',
-           'check_in_memory', 'resolve_lm', 'pad_id', 'padding', 'mask_positions', 'encode_left', 'pad_right',
-           'right_align', 'pad_left', 'encode_texts', 'encode_queries', 'check_batch', 'check_batch_size',
+           'position_limit', 'check_token_ids', 'logits_at', 'cache_dir', 'load_lm', 'evaluating', 'frozen',
+           'check_causal_lm', 'check_in_memory', 'resolve_lm', 'pad_id', 'padding', 'mask_positions', 'encode_left',
+           'pad_right', 'right_align', 'pad_left', 'encode_texts', 'encode_queries', 'check_batch', 'check_batch_size',
            'iter_batches', 'chat_text', 'generate_greedy', 'chat_replies', 'chat', 'prefix_step', 'load_encoder',
            'embed']
 
@@ -502,6 +502,18 @@ def evaluating(model # An nn.Module (put in eval mode within the block) or any o
     try: yield model
     finally:
         for m, t in flags.items(): m.training = t
+
+# %% ../nbs/core/01_models.ipynb #9fb0c247
+@contextlib.contextmanager
+def frozen(model # An nn.Module (its parameters stop requiring gradients within the block) or any other callable (left alone)
+          ):
+    "Within the `with` block no parameter of `model` requires a gradient, so autograd keeps only what gradients at inputs or activations need; every flag is put back afterwards, also on exceptions."
+    flags = [(p, p.requires_grad) for p in model.parameters()] if isinstance(model, torch.nn.Module) else []
+    try:
+        for p, _ in flags: p.requires_grad_(False)
+        yield model
+    finally:
+        for p, r in flags: p.requires_grad_(r)
 
 # %% ../nbs/core/01_models.ipynb #d2973e91
 def check_causal_lm(model, # The model a method was given

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt, pandas as pd, torch
 from captum.attr import IntegratedGradients
 from ..errors import ConfigError, NotFiniteError, ShapeError, SiteError, check_choice, check_fraction, check_int, check_seed, moved, renamed
 from ..hooks import capture, capture_grads, layout, mlp_linears, patch, resid_post, resolve, scale, weight_matrix
-from ..models import check_batch_size, check_in_memory, evaluating, iter_batches, logits_at, pad_id, pad_right, resolve_lm, to_model
+from ..models import check_batch_size, check_in_memory, evaluating, frozen, iter_batches, logits_at, pad_id, pad_right, resolve_lm, to_model
 from ..parallel import gather_rows, rows_of_mine
 from ..results import result
 from ..train import fit
@@ -218,16 +218,6 @@ def _ig(model, batch, sites, positions, steps):
     return torch.stack(res, 1), lp
 
 # %% ../../nbs/papers/13_cnl.ipynb #3df07a7d
-@contextlib.contextmanager
-def _frozen(model):
-    "The model's parameters without `requires_grad` within the block (autograd then keeps only what the activations' gradients need), their flags put back after, also on an error."
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    try:
-        for p, _ in flags: p.requires_grad_(False)
-        yield model
-    finally:
-        for p, r in flags: p.requires_grad_(r)
-
 @renamed(steps='n_steps')
 def neuron_attributions(model, # A causal LM, or its short name, hub id or path
                         tokenizer, # Its tokenizer (None when the model is given by name)
@@ -246,7 +236,7 @@ def neuron_attributions(model, # A causal LM, or its short name, hub id or path
     if method == 'ig': check_int('n_steps', n_steps, least=2, todo="Use e.g. n_steps=16.")
     sites = _sites(model, layers)
     scores, lps = [], []
-    with evaluating(model), _frozen(model):   # no parameter gradient is needed: the inputs that only weight gradients need are not kept
+    with evaluating(model), frozen(model):   # no parameter gradient is needed: the inputs that only weight gradients need are not kept
         for chunk in iter_batches(rows_of_mine(list(range(len(d)))), bs):   # under torch.distributed: this process's samples
             b = encode_answers(tokenizer, d.subset(chunk))
             s, lp = _grad_x_act(model, b, sites, positions) if method == 'grad_x_act' else _ig(model, b, sites, positions, n_steps)

@@ -4,12 +4,12 @@
 
 # %% ../../nbs/papers/08_ted.ipynb #eaad40e1
 from __future__ import annotations
-import contextlib, random, warnings
+import random, warnings
 import pandas as pd, torch
 import torch.nn.functional as F
 from ..errors import AssetNotFound, ConfigError, NotFiniteError, SiteError, check_choice, check_finite, check_int, check_template, closest, moved, renamed, require_extra
 from ..hooks import capture_grads
-from ..models import chat_replies, chat_text, check_batch_size, check_in_memory, embed, encode_left, evaluating, logits_at, mask_positions, resolve_lm, to_model
+from ..models import chat_replies, chat_text, check_batch_size, check_in_memory, embed, encode_left, evaluating, frozen, logits_at, mask_positions, resolve_lm, to_model
 from ..parallel import all_sum, gather_rows, rows_of_mine, share
 from ..results import result
 from ..train import assets_dir
@@ -161,16 +161,6 @@ def _control_prompts(tokenizer, data:EditOutputs) -> list[tuple]:
     return out
 
 # %% ../../nbs/papers/08_ted.ipynb #25b12ce4
-@contextlib.contextmanager
-def _inputs_only(model):
-    "Within the block the model's parameters need no gradient, so autograd keeps only what the gradient at the inputs needs (not every linear layer's input); restored after, also on error."
-    on = [p for p in model.parameters() if p.requires_grad]
-    try:
-        for p in on: p.requires_grad_(False)
-        yield
-    finally:
-        for p in on: p.requires_grad_(True)
-
 def _gradients(model, path:str, prompts:list, targets:list, n_keep:int) -> torch.Tensor:
     "∇ of each row's mean token loss of its target, w.r.t. the input embeddings at its instruction's first `n_keep` tokens: (rows, n_keep, d); row by row, unpadded, where the padded batch is not finite."
     P, L = max(len(p) for p, _ in prompts), max(map(len, targets))
@@ -225,7 +215,7 @@ def operational_embeddings(model, # A causal LM, or its short name, hub id or pa
     d = model.get_input_embeddings().weight.shape[-1]
     total = torch.zeros(len(phrases), n_keep, d)
     mine = rows_of_mine(items)   # under torch.distributed, this process's share of the (phrase, query) pairs; the sums are added up below
-    with evaluating(model), _inputs_only(model):
+    with evaluating(model), frozen(model):
         for k in range(0, len(mine), batch_size):
             chunk = mine[k:k + batch_size]
             g = _gradients(model, path, [prompts[j] for _, j, _ in chunk], [ids for _, _, ids in chunk], n_keep)
